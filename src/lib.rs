@@ -1,0 +1,1 @@
+//! ccroute: distributed C/C++ compiles for bare-metal build farms.

@@ -1,0 +1,235 @@
+//! Framing: how messages sit on a byte stream.
+//!
+//! ```text
+//! frame   = len:u32 LE ‖ body[len] ‖ payload[body.payload_len()]
+//! ```
+//!
+//! The length prefix is checked against [`Limits::max_header`] before anything
+//! is allocated, and a payload's declared length against
+//! [`Limits::max_payload`] as soon as its header is decoded. A decoder returns
+//! `Ok(None)` for "need more bytes" and an error only for bytes that can never
+//! become a valid frame.
+//!
+//! [`FrameDecoder`] buffers a header's payload and returns both together; a
+//! daemon that wants to forward a large payload without holding it whole uses
+//! [`FrameDecoder::decode_header`] and reads the payload itself.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::codec;
+use crate::error::DecodeError;
+use crate::message::Message;
+
+/// Bytes of the length prefix.
+pub const LEN_PREFIX: usize = 4;
+
+/// Bounds a decoder enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest header body, in bytes.
+    pub max_header: u32,
+    /// Largest payload on the wire (compressed), in bytes.
+    pub max_payload: u64,
+}
+
+impl Limits {
+    /// 1 MiB headers, 64 MiB payloads.
+    pub const DEFAULT: Limits = Limits { max_header: 1 << 20, max_payload: 64 << 20 };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+/// One decoded frame: a message and its payload (empty for most messages).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// The header.
+    pub message: Message,
+    /// The bytes that followed it.
+    pub payload: Bytes,
+}
+
+/// Appends `msg` as a length-prefixed header frame. Its payload, if any, is
+/// written by the caller right after (so that it can come from anywhere
+/// without being copied here).
+pub fn encode_header(msg: &Message, out: &mut BytesMut) {
+    let start = out.len();
+    out.put_u32_le(0);
+    codec::encode_message(msg, out);
+    let len = (out.len() - start - LEN_PREFIX) as u32;
+    out[start..start + LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Appends a whole frame: header and payload.
+///
+/// # Panics
+/// In debug builds, when `payload` is not as long as the header declares.
+pub fn encode_frame(msg: &Message, payload: &[u8], out: &mut BytesMut) {
+    debug_assert_eq!(msg.payload_len(), payload.len() as u64, "payload length must match its header");
+    encode_header(msg, out);
+    out.extend_from_slice(payload);
+}
+
+/// Peeks the length prefix of the next frame and checks it, without consuming.
+fn peek_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, DecodeError> {
+    if buf.len() < LEN_PREFIX {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if len > limits.max_header {
+        return Err(DecodeError::FrameTooLarge { len: u64::from(len), max: u64::from(limits.max_header) });
+    }
+    Ok(Some(len as usize))
+}
+
+/// Incremental decoder for one stream.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    limits: Limits,
+    /// A header whose payload has not fully arrived yet.
+    pending: Option<(Message, usize)>,
+}
+
+impl FrameDecoder {
+    /// A decoder with these limits.
+    pub fn new(limits: Limits) -> Self {
+        FrameDecoder { limits, pending: None }
+    }
+
+    /// The limits this decoder enforces.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Takes the next whole frame (header and payload) off the front of `buf`.
+    ///
+    /// # Errors
+    /// Any [`DecodeError`]: the stream is unusable after one.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+        if self.pending.is_none() {
+            match self.decode_header(buf)? {
+                Some(message) => {
+                    // decode_header checked the length against the limit.
+                    let len = message.payload_len() as usize;
+                    self.pending = Some((message, len));
+                }
+                None => return Ok(None),
+            }
+        }
+        let ready = matches!(&self.pending, Some((_, len)) if buf.len() >= *len);
+        if !ready {
+            if let Some((_, len)) = &self.pending {
+                buf.reserve(len - buf.len());
+            }
+            return Ok(None);
+        }
+        match self.pending.take() {
+            Some((message, len)) => Ok(Some(Frame { message, payload: buf.split_to(len).freeze() })),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes the next header frame off the front of `buf`, leaving its payload
+    /// (if any) for the caller to read: `message.payload_len()` bytes.
+    ///
+    /// # Errors
+    /// Any [`DecodeError`]: the stream is unusable after one.
+    pub fn decode_header(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, DecodeError> {
+        let Some(len) = peek_len(buf, &self.limits)? else {
+            return Ok(None);
+        };
+        if buf.len() < LEN_PREFIX + len {
+            buf.reserve(LEN_PREFIX + len - buf.len());
+            return Ok(None);
+        }
+        let message = codec::decode_message(&buf[LEN_PREFIX..LEN_PREFIX + len])?;
+        let payload = message.payload_len();
+        if payload > self.limits.max_payload {
+            return Err(DecodeError::PayloadTooLarge { len: payload, max: self.limits.max_payload });
+        }
+        buf.advance(LEN_PREFIX + len);
+        Ok(Some(message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::*;
+    use crate::toolchain::ToolchainKey;
+
+    fn task(id: u64, payload: &[u8]) -> Message {
+        Message::Task(TaskHeader {
+            task_id: id,
+            toolchain: ToolchainKey(42),
+            cache_key: Some(CacheKey([9; 32])),
+            spec: codec::encode_spec(&TaskSpec {
+                args: vec!["-O2".into(), "-c".into()],
+                input_name: "a.i".into(),
+                output_name: "a.o".into(),
+            }),
+            payload: PayloadInfo { len: payload.len() as u64, raw_len: payload.len() as u64, compression: Compression::None },
+        })
+    }
+
+    #[test]
+    fn frames_decode_byte_by_byte() {
+        let mut wire = BytesMut::new();
+        encode_frame(&task(1, b"hello"), b"hello", &mut wire);
+        encode_frame(&Message::Cancel(Cancel { task_id: 1 }), b"", &mut wire);
+        encode_frame(&task(2, b""), b"", &mut wire);
+        let mut dec = FrameDecoder::new(Limits::DEFAULT);
+        let mut buf = BytesMut::new();
+        let mut out = vec![];
+        for b in wire.iter() {
+            buf.put_u8(*b);
+            while let Some(f) = dec.decode(&mut buf).unwrap() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].message, task(1, b"hello"));
+        assert_eq!(&out[0].payload[..], b"hello");
+        assert_eq!(out[1].message, Message::Cancel(Cancel { task_id: 1 }));
+        assert!(out[2].payload.is_empty());
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_the_body_arrives() {
+        let mut buf = BytesMut::new();
+        buf.put_u32_le(Limits::DEFAULT.max_header + 1);
+        let err = FrameDecoder::new(Limits::DEFAULT).decode(&mut buf).unwrap_err();
+        assert_eq!(err, DecodeError::FrameTooLarge { len: u64::from(Limits::DEFAULT.max_header) + 1, max: 1 << 20 });
+        assert_eq!(err.to_string(), "frame of 1048577 bytes exceeds limit 1048576");
+    }
+
+    #[test]
+    fn an_oversized_payload_is_refused_at_its_header() {
+        let limits = Limits { max_header: 1024, max_payload: 4 };
+        let mut buf = BytesMut::new();
+        encode_header(&task(1, b"12345"), &mut buf);
+        let err = FrameDecoder::new(limits).decode(&mut buf).unwrap_err();
+        assert_eq!(err, DecodeError::PayloadTooLarge { len: 5, max: 4 });
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        let mut buf = BytesMut::new();
+        buf.put_u32_le(3);
+        buf.put_slice(&[0xff, 0xff, 0xff]);
+        assert!(matches!(FrameDecoder::new(Limits::DEFAULT).decode(&mut buf), Err(DecodeError::Malformed { .. })));
+    }
+
+    #[test]
+    fn header_only_leaves_the_payload() {
+        let mut buf = BytesMut::new();
+        encode_frame(&task(7, b"xyz"), b"xyz", &mut buf);
+        let msg = FrameDecoder::new(Limits::DEFAULT).decode_header(&mut buf).unwrap().unwrap();
+        assert_eq!(msg.payload_len(), 3);
+        assert_eq!(&buf[..], b"xyz");
+    }
+}

@@ -1,0 +1,434 @@
+//! Every message a ccroute connection carries after its handshake.
+//!
+//! One [`Message`] enum serves every role; a session rejects the variants its
+//! role may not send. Two messages carry a payload — a [`TaskHeader`] is
+//! followed by the (compressed) preprocessed source, a [`ResultHeader`] by the
+//! (compressed) object — and the payload travels as raw bytes after its header
+//! frame (see [`crate::frame`]), so that a relay can forward it untouched.
+//!
+//! Left out on purpose: anything about transport (streams, addresses) and any
+//! cryptography; those belong to the daemon.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::toolchain::{Toolchain, ToolchainKey};
+
+/// A message on an established connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Message {
+    /// consumerd → scheduler, scheduler → agent: compile this. Payload: source.
+    Task(TaskHeader),
+    /// agent → scheduler, scheduler → consumerd: the outcome. Payload: object.
+    TaskResult(ResultHeader),
+    /// consumerd → scheduler, scheduler → agent: the task is no longer wanted.
+    Cancel(Cancel),
+    /// agent or consumerd → scheduler: the toolchains it has now, replacing the
+    /// ones it announced before.
+    ToolchainUpdate(ToolchainUpdate),
+    /// agent → scheduler: one CPU sample, sent every second.
+    CpuSample(CpuSample),
+    /// agent → scheduler: its own maximum changed; scheduler → agent: the token
+    /// limit the scheduler applies now.
+    UsageLimit(UsageLimit),
+    /// scheduler → consumerd: how many tasks it may have remote at once.
+    PreferredRemoteLimit(PreferredRemoteLimit),
+    /// admin → scheduler.
+    Query(Query),
+    /// scheduler → admin.
+    Reply(Box<Reply>),
+}
+
+impl Message {
+    /// Bytes of payload that follow this message's header frame.
+    pub fn payload_len(&self) -> u64 {
+        match self {
+            Message::Task(t) => t.payload.len,
+            Message::TaskResult(r) => r.payload.len,
+            _ => 0,
+        }
+    }
+
+    /// A short name for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Task(_) => "task",
+            Message::TaskResult(_) => "task result",
+            Message::Cancel(_) => "cancel",
+            Message::ToolchainUpdate(_) => "toolchain update",
+            Message::CpuSample(_) => "cpu sample",
+            Message::UsageLimit(_) => "usage limit",
+            Message::PreferredRemoteLimit(_) => "preferred remote limit",
+            Message::Query(_) => "query",
+            Message::Reply(_) => "reply",
+        }
+    }
+}
+
+/// How a payload is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compression {
+    /// Raw bytes.
+    None,
+    /// LZ4 block format, uncompressed size known from [`PayloadInfo::raw_len`].
+    Lz4,
+}
+
+/// Describes the payload that follows a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadInfo {
+    /// Bytes on the wire.
+    pub len: u64,
+    /// Bytes once decompressed.
+    pub raw_len: u64,
+    /// How the wire bytes are compressed.
+    pub compression: Compression,
+}
+
+impl PayloadInfo {
+    /// No payload.
+    pub const EMPTY: PayloadInfo = PayloadInfo { len: 0, raw_len: 0, compression: Compression::None };
+}
+
+/// A 256-bit result-cache key (blake3), computed by the consumerd.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CacheKey(pub [u8; 32]);
+
+impl std::fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CacheKey(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "…)")
+    }
+}
+
+/// The header of a task: everything but the source bytes.
+///
+/// The scheduler routes on `toolchain` and `cache_key` alone; `spec` is an
+/// encoded [`TaskSpec`] that it forwards to the agent without decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskHeader {
+    /// Chosen by the sender, unique among its open tasks on this connection.
+    pub task_id: u64,
+    /// Route key.
+    pub toolchain: ToolchainKey,
+    /// Result-cache key, if the sender wants the cache consulted.
+    pub cache_key: Option<CacheKey>,
+    /// An encoded [`TaskSpec`] (see [`crate::codec::encode_spec`]).
+    pub spec: Bytes,
+    /// The preprocessed source that follows.
+    pub payload: PayloadInfo,
+}
+
+/// What the agent needs to know to run a compile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Compiler arguments, without argv\[0\], rewritten for the agent: the input
+    /// is [`TaskSpec::input_name`] in the scratch directory, the output is
+    /// `-o` with [`TaskSpec::output_name`].
+    pub args: Vec<String>,
+    /// File name the agent gives the preprocessed source in its scratch dir.
+    pub input_name: String,
+    /// File name the agent's compiler writes the object to.
+    pub output_name: String,
+}
+
+/// The outcome of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The compiler exited 0; the payload is the object.
+    Success,
+    /// The compiler exited non-zero; stderr says why. Not retried: a local run
+    /// would fail the same way.
+    CompileFailed,
+    /// The agent could not run the compiler (its reason); the consumerd
+    /// compiles locally.
+    InternalError(String),
+    /// The agent was lost and the task could not be placed again.
+    Defunct,
+    /// The scheduler did not run it; the action says what the consumerd does.
+    Retry(RetryAction, RetryReason),
+}
+
+impl Outcome {
+    /// Whether a consumerd should compile this task itself.
+    pub fn runs_locally(&self) -> bool {
+        !matches!(self, Outcome::Success | Outcome::CompileFailed)
+    }
+}
+
+/// What the consumerd does with a task the scheduler did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetryAction {
+    /// Submit it again later.
+    RetryRemote,
+    /// Compile it locally now.
+    RunLocally,
+}
+
+/// Why the scheduler did not run a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetryReason {
+    /// No connected agent has the task's toolchain.
+    NoAgents,
+    /// The route's waiting queue is full.
+    QueueFull,
+    /// Accepting it would pass the scheduler's payload budget.
+    OverBudget,
+    /// It was placed the maximum number of times and every agent was lost.
+    AttemptsExhausted,
+    /// A hook rejected it, with the hook's reason.
+    Rejected(String),
+    /// The scheduler is shutting down.
+    ShuttingDown,
+}
+
+impl std::fmt::Display for RetryReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetryReason::NoAgents => f.write_str("no available agents can run this task"),
+            RetryReason::QueueFull => f.write_str("the route's queue is full"),
+            RetryReason::OverBudget => f.write_str("the scheduler's payload budget is spent"),
+            RetryReason::AttemptsExhausted => f.write_str("every agent it was placed on was lost"),
+            RetryReason::Rejected(why) => write!(f, "rejected by the scheduler: {why}"),
+            RetryReason::ShuttingDown => f.write_str("the scheduler is shutting down"),
+        }
+    }
+}
+
+/// The header of a task's result: everything but the object bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultHeader {
+    /// The id of the task this answers, as the receiver of the result knows it.
+    pub task_id: u64,
+    /// What happened.
+    pub outcome: Outcome,
+    /// The compiler's exit status (0 on success).
+    pub exit_status: i32,
+    /// The compiler's standard output, unchanged.
+    pub stdout: Bytes,
+    /// The compiler's standard error, unchanged (warnings included).
+    pub stderr: Bytes,
+    /// CPU time the compile used on the agent, in microseconds.
+    pub cpu_time_us: u64,
+    /// The object that follows.
+    pub payload: PayloadInfo,
+}
+
+impl ResultHeader {
+    /// A result with no compiler output, for outcomes the scheduler decides.
+    pub fn bare(task_id: u64, outcome: Outcome) -> Self {
+        ResultHeader {
+            task_id,
+            outcome,
+            exit_status: 0,
+            stdout: Bytes::new(),
+            stderr: Bytes::new(),
+            cpu_time_us: 0,
+            payload: PayloadInfo::EMPTY,
+        }
+    }
+}
+
+/// The task is no longer wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancel {
+    /// The id of the task, as the receiver knows it.
+    pub task_id: u64,
+}
+
+/// The complete set of toolchains a peer has now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolchainUpdate {
+    /// Replaces the previously announced set.
+    pub toolchains: Vec<Toolchain>,
+}
+
+/// One CPU sample of an agent. Counters are cumulative since an arbitrary
+/// origin; the scheduler works with differences and tolerates resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CpuSample {
+    /// Monotonic clock, nanoseconds.
+    pub wall_ns: u64,
+    /// CPU time used by the agent and its compilers, nanoseconds.
+    pub usage_ns: u64,
+    /// CFS quota in microseconds per period; `None` when unlimited.
+    pub quota_us: Option<u64>,
+    /// CFS period in microseconds (0 when unknown).
+    pub period_us: u64,
+    /// Enforcement periods elapsed.
+    pub nr_periods: u64,
+    /// Periods in which the group was throttled.
+    pub nr_throttled: u64,
+    /// Total time throttled, nanoseconds.
+    pub throttled_ns: u64,
+    /// PSI `some` total stall time of the agent's cgroup or host, microseconds,
+    /// when the host exposes pressure information.
+    pub pressure_some_us: Option<u64>,
+    /// CPUs online on the host.
+    pub online_cpus: u32,
+    /// Compiles running when the sample was taken.
+    pub tasks_running: u32,
+}
+
+/// A concurrency limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageLimit {
+    /// Tasks at once.
+    pub limit: u32,
+}
+
+/// How many tasks a consumerd should keep remote at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreferredRemoteLimit {
+    /// Tasks at once (0: send nothing remote).
+    pub limit: u32,
+}
+
+/// An admin question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// Routes, agents, consumerds, totals, cache and optimizer state.
+    Status,
+}
+
+/// An admin answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The answer to [`Query::Status`].
+    Status(StatusReport),
+}
+
+/// A snapshot of the scheduler.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Scheduler node id.
+    pub scheduler_id: u128,
+    /// Seconds since the scheduler started.
+    pub uptime_s: u64,
+    /// One entry per route.
+    pub routes: Vec<RouteStatus>,
+    /// One entry per connected agent.
+    pub agents: Vec<AgentStatus>,
+    /// One entry per connected consumerd.
+    pub consumerds: Vec<ConsumerdStatus>,
+    /// Scheduler-wide counters.
+    pub totals: Totals,
+    /// The result cache, when one is configured.
+    pub cache: Option<CacheStatus>,
+    /// Payload bytes held in memory now, and the budget.
+    pub payload_bytes: u64,
+    /// The payload budget.
+    pub payload_budget: u64,
+}
+
+/// One route in a [`StatusReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteStatus {
+    /// The route's key.
+    pub toolchain: ToolchainKey,
+    /// A toolchain with that key, when a peer announced one.
+    pub description: Option<Toolchain>,
+    /// Node ids of the agents that serve it.
+    pub agents: Vec<u128>,
+    /// Node ids of the consumerds that announced it.
+    pub consumerds: Vec<u128>,
+    /// Tasks waiting for a token.
+    pub queued: u64,
+}
+
+/// One agent in a [`StatusReport`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// Node id.
+    pub node_id: u128,
+    /// Host name it announced.
+    pub host_name: String,
+    /// Tokens held now.
+    pub tokens_in_use: u32,
+    /// Current token limit.
+    pub token_limit: u32,
+    /// The most the agent allows (its `--jobs`).
+    pub max_limit: u32,
+    /// Tasks assigned to it.
+    pub assigned: u64,
+    /// Results it reported.
+    pub completed: u64,
+    /// Of those, compile failures.
+    pub failed: u64,
+    /// CPU use relative to its limit over the last interval, 0..=1 (or more).
+    pub cpu_use: f32,
+    /// Fraction of the last interval spent throttled.
+    pub throttled: f32,
+    /// The optimizer's last decision and its reason.
+    pub last_decision: String,
+}
+
+/// One consumerd in a [`StatusReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerdStatus {
+    /// Node id.
+    pub node_id: u128,
+    /// Host name it announced.
+    pub host_name: String,
+    /// Tasks it submitted.
+    pub submitted: u64,
+    /// Tasks in flight now.
+    pub in_flight: u64,
+    /// Its share of the cluster: preferred remote limit.
+    pub remote_limit: u32,
+}
+
+/// Scheduler-wide counters. Each submitted task ends exactly once, so
+/// `requests = completed + failed + retried + intercepted + cancelled + in flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Totals {
+    /// Tasks submitted.
+    pub requests: u64,
+    /// Answered with a successful compile (cache hits included).
+    pub completed: u64,
+    /// Answered with a compile failure.
+    pub failed: u64,
+    /// Answered "run it locally" (no agent, queue full, attempts exhausted, ...).
+    pub retried: u64,
+    /// Answered by a hook (cache hits, deduplicated work).
+    pub intercepted: u64,
+    /// Cancelled by their consumerd.
+    pub cancelled: u64,
+    /// Times a task was placed again because its agent was lost.
+    pub requeued: u64,
+}
+
+/// The result cache in a [`StatusReport`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CacheStatus {
+    /// One entry per tier, fastest first.
+    pub tiers: Vec<CacheTierStatus>,
+    /// Hits over lookups since start (0 when idle).
+    pub hit_ratio: f32,
+    /// Results refused because their source did not match the claimed key.
+    pub poison_rejected: u64,
+    /// Tasks that waited on identical work in flight instead of compiling.
+    pub deduplicated: u64,
+}
+
+/// One cache tier.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CacheTierStatus {
+    /// `memory`, `disk`, `redis`.
+    pub name: String,
+    /// Lookups that found an entry.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Bytes stored.
+    pub bytes: u64,
+    /// Entries stored.
+    pub entries: u64,
+    /// Entries evicted to stay under the size cap.
+    pub evictions: u64,
+    /// Errors that degraded to a miss.
+    pub errors: u64,
+}
