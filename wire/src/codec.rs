@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn spec_round_trips() {
-        let spec = TaskSpec { args: vec!["-c".into(), "x.i".into()], input_name: "x.i".into(), output_name: "x.o".into() };
+        let spec = TaskSpec { args: vec!["-O2".into()], input_path: "src/x.c".into(), cwd: Some("/home/u/p".into()) };
         assert_eq!(decode_spec(&encode_spec(&spec)), Ok(spec));
     }
 }

@@ -167,9 +167,9 @@ mod tests {
             toolchain: ToolchainKey(42),
             cache_key: Some(CacheKey([9; 32])),
             spec: codec::encode_spec(&TaskSpec {
-                args: vec!["-O2".into(), "-c".into()],
-                input_name: "a.i".into(),
-                output_name: "a.o".into(),
+                args: vec!["-O2".into(), "-g".into()],
+                input_path: "src/a.c".into(),
+                cwd: None,
             }),
             payload: PayloadInfo { len: payload.len() as u64, raw_len: payload.len() as u64, compression: Compression::None },
         })

@@ -123,18 +123,27 @@ pub struct TaskHeader {
 }
 
 /// What the agent needs to know to run a compile.
+///
+/// The source was preprocessed on the consumerd with includes expanded but
+/// macros left alone (gcc `-fdirectives-only`, clang `-frewrite-includes`),
+/// so the agent's compiler sees the same text, at the same columns, as a
+/// local compile would: that is what makes the objects byte-identical.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSpec {
-    /// Compiler arguments, without argv\[0\], rewritten for the agent: the input
-    /// is [`TaskSpec::input_name`] in the scratch directory, the output is
-    /// `-o` with [`TaskSpec::output_name`].
+    /// Compiler flags, without argv\[0\], the input, `-c` or `-o`: the agent
+    /// adds those itself for its scratch directory, after checking every flag
+    /// against its allow-list.
     pub args: Vec<String>,
-    /// File name the agent gives the preprocessed source in its scratch dir.
-    pub input_name: String,
-    /// File name the agent's compiler writes the object to.
-    pub output_name: String,
+    /// The input path exactly as the command line named it (relative to the
+    /// command's working directory, or absolute). The agent recreates it
+    /// inside its scratch directory so that file names in diagnostics and
+    /// debug info come out as they would locally.
+    pub input_path: String,
+    /// The command's working directory, when the object records it (debug
+    /// info): the agent maps its scratch directory to it. `None` keeps the
+    /// result — and the cache key — independent of where the build ran.
+    pub cwd: Option<String>,
 }
-
 /// The outcome of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {

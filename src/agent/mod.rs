@@ -1,0 +1,4 @@
+//! The agent: toolchain discovery and the CPU sampler.
+
+pub mod sampler;
+pub mod toolchain;

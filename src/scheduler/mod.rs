@@ -1,0 +1,3 @@
+//! The scheduler core.
+
+pub mod optimizer;
