@@ -171,7 +171,11 @@ mod tests {
                 input_path: "src/a.c".into(),
                 cwd: None,
             }),
-            payload: PayloadInfo { len: payload.len() as u64, raw_len: payload.len() as u64, compression: Compression::None },
+            payload: PayloadInfo {
+                len: payload.len() as u64,
+                raw_len: payload.len() as u64,
+                compression: Compression::None,
+            },
         })
     }
 

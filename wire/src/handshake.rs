@@ -155,11 +155,9 @@ pub struct Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            RefusalKind::IncompatibleVersion => write!(
-                f,
-                "incompatible protocol version: scheduler speaks {}, peer speaks {}",
-                self.ours, self.theirs
-            ),
+            RefusalKind::IncompatibleVersion => {
+                write!(f, "incompatible protocol version: scheduler speaks {}, peer speaks {}", self.ours, self.theirs)
+            }
             _ => f.write_str(&self.reason),
         }
     }
@@ -363,7 +361,10 @@ mod tests {
         let Some(HelloReply::Refused(r)) = decode_reply(&mut wire).unwrap() else { panic!("expected refused") };
         assert_eq!(
             r.to_string(),
-            format!("incompatible protocol version: scheduler speaks {PROTOCOL_VERSION}, peer speaks {}", PROTOCOL_VERSION + 7)
+            format!(
+                "incompatible protocol version: scheduler speaks {PROTOCOL_VERSION}, peer speaks {}",
+                PROTOCOL_VERSION + 7
+            )
         );
     }
 

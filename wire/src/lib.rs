@@ -26,6 +26,8 @@ pub mod toolchain;
 pub use cache_key::{cache_key, CacheKeyHasher};
 pub use error::DecodeError;
 pub use frame::{encode_frame, encode_header, Frame, FrameDecoder, Limits};
-pub use handshake::{Hello, HelloBody, HelloOutcome, HelloReply, Refusal, RefusalKind, Role, SystemInfo, Welcome, PROTOCOL_VERSION};
+pub use handshake::{
+    Hello, HelloBody, HelloOutcome, HelloReply, Refusal, RefusalKind, Role, SystemInfo, Welcome, PROTOCOL_VERSION,
+};
 pub use message::*;
 pub use toolchain::{Lang, Toolchain, ToolchainKey, ToolchainKind};

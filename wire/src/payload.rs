@@ -51,14 +51,18 @@ pub fn decompress(info: &PayloadInfo, wire: &[u8], max_raw: u64) -> Result<Vec<u
         Compression::Lz4 => {
             // raw_len <= max_raw was checked above, so this cast cannot truncate
             // on any platform whose address space holds max_raw bytes.
-            let raw_len = usize::try_from(info.raw_len).map_err(|_| DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw })?;
+            let raw_len = usize::try_from(info.raw_len)
+                .map_err(|_| DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw })?;
             lz4_flex::block::decompress(wire, raw_len)
                 .map_err(|e| DecodeError::BadPayload { raw_len: info.raw_len, detail: e.to_string() })
                 .and_then(|out| {
                     if out.len() == raw_len {
                         Ok(out)
                     } else {
-                        Err(DecodeError::BadPayload { raw_len: info.raw_len, detail: format!("got {} bytes", out.len()) })
+                        Err(DecodeError::BadPayload {
+                            raw_len: info.raw_len,
+                            detail: format!("got {} bytes", out.len()),
+                        })
                     }
                 })
         }

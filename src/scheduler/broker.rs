@@ -1,0 +1,597 @@
+//! The task lifecycle, and the sessions the network layer drives it through.
+//!
+//! Each connected peer is one session, owned by the one connection task that
+//! serves it (`&mut self`: no lock inside a session):
+//!
+//! - [`ConsumerdSession`]: `submit` tasks, `cancel` them, take `Answer`s.
+//! - [`AgentSession`]: take `Dispatch`es (tasks to run, cancels to forward),
+//!   `complete` tasks with the agent's answer.
+//!
+//! Dropping a session is the peer leaving, for whatever reason. An agent that
+//! leaves gets its pool closed and every task it held — sent, or still in its
+//! outbox — placed again (at most [`super::Config::max_attempts`] placements
+//! in all, then "run locally"); kubecc B5 lost the request a forwarder held
+//! for a dead agent, and B15 retried forever. A consumerd that leaves has
+//! its tasks cancelled, and the agents running them are told.
+
+use std::collections::HashSet;
+use std::task::Waker;
+
+use ccroute_wire::{CpuSample, RetryReason, Toolchain, ToolchainKey};
+use rustc_hash::FxHashMap;
+
+use super::hooks::{EndView, HookAction, TaskRef};
+use super::outbox::Outbox;
+use super::router::{Lane, Route};
+use super::stats::{AgentCounters, ConsumerdCounters};
+use super::task::{Phase, State, Task};
+use super::tokens::{clamp_limit, TokenPool};
+use super::{AgentId, AnswerKind, ConsumerdId, Core, Job, RouteError, TaskId};
+use crate::sync::{yield_now, Arc, AtomicU32, AtomicU64, Ordering, Snapshot};
+
+/// Samples kept per agent between two optimizer ticks; the oldest is dropped
+/// when the ring is full.
+pub const SAMPLE_RING: usize = 64;
+
+/// How a task ends (the transition to ENDED already happened).
+pub(crate) enum Ending<A> {
+    Answered(A),
+    Intercepted(A),
+    RunLocally(RetryReason),
+    Cancelled,
+}
+
+/// What an agent's outbox carries.
+pub(crate) enum AgentEvent<J: Job> {
+    Assign(Arc<Task<J>>),
+    Cancel(TaskId),
+}
+
+/// A connected agent.
+pub(crate) struct AgentEntry<J: Job> {
+    pub(crate) id: AgentId,
+    pub(crate) node_id: u128,
+    pub(crate) host_name: String,
+    pub(crate) tokens: TokenPool,
+    /// The most tokens the agent allows (its `--jobs`).
+    pub(crate) max_limit: AtomicU32,
+    pub(crate) outbox: Outbox<AgentEvent<J>>,
+    pub(crate) routes: Snapshot<Vec<Arc<Route<J>>>>,
+    pub(crate) counters: AgentCounters,
+    /// CPU samples for the optimizer thread (a bounded lock-free ring).
+    pub(crate) samples: crossbeam_queue::ArrayQueue<CpuSample>,
+}
+
+/// A connected consumerd.
+pub(crate) struct ConsumerdEntry<J: Job> {
+    pub(crate) id: ConsumerdId,
+    pub(crate) node_id: u128,
+    pub(crate) host_name: String,
+    pub(crate) outbox: Outbox<Answer<J::Answer>>,
+    pub(crate) counters: ConsumerdCounters,
+    /// Tasks in flight, published by the session for status pages.
+    pub(crate) in_flight: AtomicU64,
+    /// Its preferred remote limit, set by the optimizer.
+    pub(crate) remote_limit: AtomicU32,
+}
+
+/// A task's answer, for its consumerd.
+#[derive(Debug)]
+pub struct Answer<A> {
+    /// The consumerd's id for the task.
+    pub client_id: u64,
+    /// The scheduler's id for the task.
+    pub task: TaskId,
+    /// What happened.
+    pub reply: Reply<A>,
+}
+
+/// What happened to a task.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply<A> {
+    /// An agent's answer.
+    Done(A),
+    /// A hook's answer (a cache hit).
+    Intercepted(A),
+    /// Compile it locally, for this reason.
+    RunLocally(RetryReason),
+}
+
+/// Who a peer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Its random id.
+    pub node_id: u128,
+    /// Its host name.
+    pub host_name: String,
+}
+
+impl<J: Job> Core<J> {
+    /// Finishes a task whose state word this caller moved to ENDED: hooks see
+    /// the end, then the consumerd gets its answer (unless it cancelled).
+    pub(crate) fn end(&self, task: &Arc<Task<J>>, ending: Ending<J::Answer>) {
+        if !self.hooks.is_empty() {
+            let view = match &ending {
+                Ending::Answered(a) => EndView::Answered(a),
+                Ending::Intercepted(a) => EndView::Intercepted(a),
+                Ending::RunLocally(r) => EndView::RunLocally(r),
+                Ending::Cancelled => EndView::Cancelled,
+            };
+            for hook in &self.hooks {
+                hook.on_end(task, view);
+            }
+        }
+        let reply = match ending {
+            Ending::Answered(a) => Reply::Done(a),
+            Ending::Intercepted(a) => Reply::Intercepted(a),
+            Ending::RunLocally(r) => Reply::RunLocally(r),
+            Ending::Cancelled => return,
+        };
+        task.consumerd.outbox.push(Answer { client_id: task.client_id, task: task.id, reply });
+    }
+
+    /// Ends a task a hook holds. False when it had ended meanwhile.
+    pub(crate) fn end_held(&self, task: &Arc<Task<J>>, ending: Ending<J::Answer>) -> bool {
+        let s = task.state();
+        if s.phase != Phase::Held || !task.transition(s, State::ended()) {
+            return false;
+        }
+        self.end(task, ending);
+        true
+    }
+
+    /// A hook let a held task go on.
+    pub(crate) fn resume(self: &Arc<Self>, task: Arc<Task<J>>, next_hook: usize) {
+        let s = task.state();
+        if s.phase == Phase::Held && task.transition(s, State::queued(s.attempt)) {
+            self.run_hooks(task, next_hook);
+        }
+    }
+
+    /// Runs hooks from `from` on, then places the task.
+    pub(crate) fn run_hooks(self: &Arc<Self>, task: Arc<Task<J>>, from: usize) {
+        if self.is_shutting_down() {
+            self.end_queued(&task, RetryReason::ShuttingDown);
+            return;
+        }
+        for (i, hook) in self.hooks.iter().enumerate().skip(from) {
+            match hook.pre_receive(&TaskRef { core: self, task: &task, hook: i }) {
+                HookAction::ProcessRequestNormally => {}
+                HookAction::RejectRequest(why) => {
+                    self.end_queued(&task, RetryReason::Rejected(why));
+                    return;
+                }
+                HookAction::RequestIntercepted => {
+                    if task.state().phase != Phase::Queued {
+                        return;
+                    }
+                    // The hook said it intercepted but did not take the task:
+                    // route it rather than strand it.
+                    tracing::warn!(task = ?task.id, hook = i, "hook returned RequestIntercepted without intercepting");
+                }
+            }
+        }
+        self.place(task);
+    }
+
+    fn end_queued(&self, task: &Arc<Task<J>>, reason: RetryReason) {
+        let s = task.state();
+        if s.phase == Phase::Queued && task.transition(s, State::ended()) {
+            self.end(task, Ending::RunLocally(reason));
+        }
+    }
+
+    /// Cancels a task from whatever phase it is in. True if this call ended it.
+    pub(crate) fn cancel(&self, task: &Arc<Task<J>>) -> bool {
+        let Some(prev) = task.end_from_any() else {
+            return false;
+        };
+        if prev.phase == Phase::Assigned {
+            if let Some(agent) = self.agents.get(&AgentId(prev.agent)) {
+                agent.outbox.push(AgentEvent::Cancel(task.id));
+            }
+        }
+        self.end(task, Ending::Cancelled);
+        true
+    }
+
+    /// An agent holding `task` at `attempt` was lost: place it again, or
+    /// send it back once it has used its attempts.
+    fn requeue(&self, task: Arc<Task<J>>, agent: AgentId, attempt: u8) {
+        let from = State::assigned(agent.0, attempt);
+        if attempt.saturating_add(1) >= self.config.max_attempts {
+            if task.transition(from, State::ended()) {
+                self.end(&task, Ending::RunLocally(RetryReason::AttemptsExhausted));
+            }
+            return;
+        }
+        if task.transition(from, State::queued(attempt + 1)) {
+            self.place(task);
+        }
+    }
+}
+
+/// What an agent's connection sends next.
+#[derive(Debug)]
+pub enum Dispatch<J: Job> {
+    /// Run this task.
+    Assign(Arc<Task<J>>),
+    /// Stop running this task; still answer it (any outcome) so that its
+    /// token comes back.
+    Cancel(TaskId),
+}
+
+/// Why a completion was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompleteError {
+    /// The agent answered a task it does not hold (never sent, or answered twice).
+    #[error("agent answered task {0:?}, which it does not hold")]
+    UnknownTask(TaskId),
+}
+
+/// One connected agent, as its connection task drives it.
+pub struct AgentSession<J: Job> {
+    core: Arc<Core<J>>,
+    entry: Arc<AgentEntry<J>>,
+    /// Tasks sent to the agent and not answered, with the attempt they were sent at.
+    outstanding: FxHashMap<TaskId, (Arc<Task<J>>, u8)>,
+}
+
+impl<J: Job> AgentSession<J> {
+    pub(crate) fn connect(core: &Arc<Core<J>>, peer: PeerInfo, toolchains: &[Toolchain], max_limit: u32) -> Self {
+        let id = AgentId(core.next_peer_id());
+        let max_limit = clamp_limit(max_limit);
+        // Fully built — tokens included — before anyone can see it (kubecc B22).
+        let entry = Arc::new(AgentEntry {
+            id,
+            node_id: peer.node_id,
+            host_name: peer.host_name,
+            tokens: TokenPool::new(max_limit),
+            max_limit: AtomicU32::new(max_limit),
+            outbox: Outbox::new(),
+            routes: Snapshot::new(Vec::new()),
+            counters: AgentCounters::default(),
+            samples: crossbeam_queue::ArrayQueue::new(SAMPLE_RING),
+        });
+        core.agents.insert(id, entry.clone());
+        let mut session = AgentSession { core: core.clone(), entry, outstanding: FxHashMap::default() };
+        session.set_toolchains(toolchains);
+        tracing::info!(agent = ?id, node = %format_args!("{:032x}", peer.node_id), limit = max_limit, "agent connected");
+        session
+    }
+
+    /// The scheduler's id for this agent.
+    pub fn id(&self) -> AgentId {
+        self.entry.id
+    }
+
+    /// The next thing to send the agent, if any.
+    pub fn poll(&mut self) -> Option<Dispatch<J>> {
+        while let Some(event) = self.entry.outbox.pop() {
+            match event {
+                AgentEvent::Assign(task) => {
+                    let s = task.state();
+                    if s.phase != Phase::Assigned || s.agent != self.entry.id.0 {
+                        // Ended before it could be sent: its token is free.
+                        self.entry.tokens.release();
+                        self.core.serve_routes_of(&self.entry);
+                        continue;
+                    }
+                    self.outstanding.insert(task.id, (task.clone(), s.attempt));
+                    self.entry.counters.assigned.bump();
+                    return Some(Dispatch::Assign(task));
+                }
+                AgentEvent::Cancel(id) => {
+                    if self.outstanding.contains_key(&id) {
+                        return Some(Dispatch::Cancel(id));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Wakes `waker` when there is something to poll. Poll once more after
+    /// registering before going to sleep.
+    pub fn register_waker(&self, waker: &Waker) {
+        self.entry.outbox.register(waker);
+    }
+
+    /// The agent answered `task`.
+    ///
+    /// # Errors
+    /// [`CompleteError::UnknownTask`] when the agent does not hold that task:
+    /// a protocol error; nothing changes.
+    pub fn complete(&mut self, task: TaskId, answer: J::Answer) -> Result<(), CompleteError> {
+        let Some((task, attempt)) = self.outstanding.remove(&task) else {
+            return Err(CompleteError::UnknownTask(task));
+        };
+        let kind = J::classify(&answer);
+        if task.transition(State::assigned(self.entry.id.0, attempt), State::ended()) {
+            match kind {
+                AnswerKind::Success => self.entry.counters.completed.bump(),
+                AnswerKind::Failed => self.entry.counters.failed.bump(),
+            }
+            self.core.end(&task, Ending::Answered(answer));
+        } else {
+            self.entry.counters.stale.bump();
+        }
+        // The agent finished running it: only now is its token free.
+        self.entry.tokens.release();
+        self.core.serve_routes_of(&self.entry);
+        Ok(())
+    }
+
+    /// Replaces the agent's toolchains, attaching it to new routes and
+    /// detaching it from old ones, without touching any other peer (kubecc
+    /// B9). Tasks it runs for a dropped toolchain finish normally.
+    pub fn set_toolchains(&mut self, toolchains: &[Toolchain]) {
+        let wanted: HashSet<ToolchainKey> = toolchains.iter().map(Toolchain::key).collect();
+        let current = self.entry.routes.load();
+        let mut kept = Vec::new();
+        let mut dropped = Vec::new();
+        for route in current.iter() {
+            if wanted.contains(&route.key) {
+                kept.push(route.clone());
+            } else {
+                dropped.push(route.clone());
+            }
+        }
+        let have: HashSet<ToolchainKey> = kept.iter().map(|r| r.key).collect();
+        let mut seen = HashSet::new();
+        for tc in toolchains {
+            let key = tc.key();
+            if !have.contains(&key) && seen.insert(key) {
+                kept.push(self.core.attach_agent(tc, &self.entry));
+            }
+        }
+        drop(current);
+        self.entry.routes.update(|_| kept);
+        for route in &dropped {
+            self.core.detach_agent(route, &self.entry);
+            self.core.dispatch(route);
+        }
+        self.core.serve_routes_of(&self.entry);
+    }
+
+    /// The agent's own maximum changed (`--jobs`). The token limit follows
+    /// when it is above the new maximum.
+    pub fn set_max_limit(&self, max: u32) {
+        let max = clamp_limit(max);
+        self.entry.max_limit.store(max, Ordering::Relaxed);
+        if self.entry.tokens.limit() > max {
+            self.entry.tokens.set_limit(max);
+        }
+    }
+
+    /// Records a CPU sample for the optimizer, dropping the oldest when full.
+    pub fn push_sample(&self, sample: CpuSample) {
+        self.entry.samples.force_push(sample);
+    }
+
+    /// Tasks sent to the agent and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// The current token limit.
+    pub fn token_limit(&self) -> u32 {
+        self.entry.tokens.limit()
+    }
+}
+
+impl<J: Job> Drop for AgentSession<J> {
+    /// The agent is gone: no more tasks for it, and every task it held is
+    /// placed again.
+    fn drop(&mut self) {
+        let entry = self.entry.clone();
+        entry.tokens.close();
+        let routes = entry.routes.load().clone();
+        for route in routes.iter() {
+            self.core.detach_agent(route, &entry);
+        }
+        entry.routes.update(|_| Vec::new());
+        self.core.agents.remove(&entry.id);
+        // Collect every assignment: those sent, and those still in the
+        // outbox. A placement that took a token before the pool closed may
+        // not have pushed yet; `in_use` reaching 0 says every one has.
+        loop {
+            while let Some(event) = entry.outbox.pop() {
+                if let AgentEvent::Assign(task) = event {
+                    let s = task.state();
+                    if s.phase == Phase::Assigned && s.agent == entry.id.0 {
+                        self.outstanding.insert(task.id, (task, s.attempt));
+                    } else {
+                        entry.tokens.release();
+                    }
+                }
+            }
+            for (_, (task, attempt)) in self.outstanding.drain() {
+                entry.tokens.release();
+                if task.state() == State::assigned(entry.id.0, attempt) {
+                    entry.counters.lost.bump();
+                }
+                self.core.requeue(task, entry.id, attempt);
+            }
+            if entry.tokens.in_use() == 0 {
+                break;
+            }
+            yield_now();
+        }
+        for route in routes.iter() {
+            self.core.dispatch(route);
+        }
+        self.core.retired.add_agent(&entry.counters);
+        tracing::info!(agent = ?entry.id, lost = entry.counters.lost.get(), "agent disconnected");
+    }
+}
+
+impl<J: Job> std::fmt::Debug for AgentSession<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSession").field("id", &self.entry.id).field("in_flight", &self.outstanding.len()).finish()
+    }
+}
+
+/// One connected consumerd, as its connection task drives it.
+pub struct ConsumerdSession<J: Job> {
+    core: Arc<Core<J>>,
+    entry: Arc<ConsumerdEntry<J>>,
+    /// Its tasks in flight, by its ids for them.
+    tasks: FxHashMap<u64, Arc<Task<J>>>,
+    /// Its lane on each route it sends to.
+    lanes: FxHashMap<ToolchainKey, (Arc<Route<J>>, Arc<Lane<J>>)>,
+    next_seq: u32,
+}
+
+impl<J: Job> ConsumerdSession<J> {
+    pub(crate) fn connect(core: &Arc<Core<J>>, peer: PeerInfo, toolchains: &[Toolchain]) -> Self {
+        let id = ConsumerdId(core.next_peer_id());
+        let entry = Arc::new(ConsumerdEntry {
+            id,
+            node_id: peer.node_id,
+            host_name: peer.host_name,
+            outbox: Outbox::new(),
+            counters: ConsumerdCounters::default(),
+            in_flight: AtomicU64::new(0),
+            remote_limit: AtomicU32::new(0),
+        });
+        core.consumerds.insert(id, entry.clone());
+        let mut session = ConsumerdSession {
+            core: core.clone(),
+            entry,
+            tasks: FxHashMap::default(),
+            lanes: FxHashMap::default(),
+            next_seq: 0,
+        };
+        session.set_toolchains(toolchains);
+        tracing::info!(consumerd = ?id, node = %format_args!("{:032x}", peer.node_id), "consumerd connected");
+        session
+    }
+
+    /// The scheduler's id for this consumerd.
+    pub fn id(&self) -> ConsumerdId {
+        self.entry.id
+    }
+
+    /// Submits a task under the consumerd's own id for it. Its answer comes
+    /// from [`ConsumerdSession::poll_answer`], exactly once, unless it is
+    /// cancelled first.
+    ///
+    /// # Errors
+    /// [`RouteError::DuplicateTask`] when `client_id` is already in flight,
+    /// [`RouteError::InvalidToolchain`] when the consumerd never announced
+    /// `toolchain`. Nothing was submitted.
+    pub fn submit(&mut self, client_id: u64, toolchain: ToolchainKey, body: J::Task) -> Result<TaskId, RouteError> {
+        if self.tasks.contains_key(&client_id) {
+            return Err(RouteError::DuplicateTask(client_id));
+        }
+        let Some((route, lane)) = self.lanes.get(&toolchain) else {
+            return Err(RouteError::InvalidToolchain(toolchain));
+        };
+        let id = TaskId(u64::from(self.entry.id.0) << 32 | u64::from(self.next_seq));
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let task = Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone()));
+        self.tasks.insert(client_id, task.clone());
+        self.entry.counters.submitted.bump();
+        self.publish_in_flight();
+        self.core.run_hooks(task, 0);
+        Ok(id)
+    }
+
+    /// Cancels a task. Its answer, if one was already on its way, is dropped.
+    /// False when no such task is in flight.
+    pub fn cancel(&mut self, client_id: u64) -> bool {
+        let Some(task) = self.tasks.remove(&client_id) else {
+            return false;
+        };
+        self.core.cancel(&task);
+        self.entry.counters.cancelled.bump();
+        self.publish_in_flight();
+        true
+    }
+
+    /// The next answer, if any.
+    pub fn poll_answer(&mut self) -> Option<Answer<J::Answer>> {
+        while let Some(answer) = self.entry.outbox.pop() {
+            // The id may have been cancelled and reused since: match the task.
+            match self.tasks.get(&answer.client_id) {
+                Some(t) if t.id == answer.task => {}
+                _ => continue,
+            }
+            self.tasks.remove(&answer.client_id);
+            let c = &self.entry.counters;
+            match &answer.reply {
+                Reply::Done(a) => match J::classify(a) {
+                    AnswerKind::Success => c.completed.bump(),
+                    AnswerKind::Failed => c.failed.bump(),
+                },
+                Reply::Intercepted(_) => c.intercepted.bump(),
+                Reply::RunLocally(_) => c.retried.bump(),
+            }
+            self.publish_in_flight();
+            return Some(answer);
+        }
+        None
+    }
+
+    /// Wakes `waker` when an answer arrives. Poll once more after
+    /// registering before going to sleep.
+    pub fn register_waker(&self, waker: &Waker) {
+        self.entry.outbox.register(waker);
+    }
+
+    /// Replaces the toolchains the consumerd announces. Routes for new ones
+    /// get its lane; dropped ones stop listing it. Tasks in flight are
+    /// untouched, and no other peer is disturbed (kubecc B9).
+    pub fn set_toolchains(&mut self, toolchains: &[Toolchain]) {
+        let wanted: HashSet<ToolchainKey> = toolchains.iter().map(Toolchain::key).collect();
+        for (key, (_, lane)) in &self.lanes {
+            lane.advertised.store(wanted.contains(key), Ordering::Relaxed);
+        }
+        for tc in toolchains {
+            let key = tc.key();
+            if !self.lanes.contains_key(&key) {
+                let attached = self.core.attach_lane(key, Some(tc), &self.entry, true);
+                self.lanes.insert(key, attached);
+            }
+        }
+    }
+
+    /// Tasks submitted and not yet answered or cancelled.
+    pub fn in_flight(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The preferred remote limit the optimizer gives this consumerd.
+    pub fn remote_limit(&self) -> u32 {
+        self.entry.remote_limit.load(Ordering::Relaxed)
+    }
+
+    fn publish_in_flight(&self) {
+        self.entry.in_flight.store(self.tasks.len() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<J: Job> Drop for ConsumerdSession<J> {
+    /// The consumerd is gone: its tasks are cancelled (agents running them are
+    /// told), its lanes detached, its answers dropped.
+    fn drop(&mut self) {
+        for (_, task) in self.tasks.drain() {
+            self.core.cancel(&task);
+            self.entry.counters.cancelled.bump();
+        }
+        for (_, (route, lane)) in self.lanes.drain() {
+            self.core.detach_lane(&route, &lane);
+        }
+        while self.entry.outbox.pop().is_some() {}
+        self.core.consumerds.remove(&self.entry.id);
+        self.core.retired.add_consumerd(&self.entry.counters);
+        tracing::info!(consumerd = ?self.entry.id, "consumerd disconnected");
+    }
+}
+
+impl<J: Job> std::fmt::Debug for ConsumerdSession<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerdSession").field("id", &self.entry.id).field("in_flight", &self.tasks.len()).finish()
+    }
+}

@@ -1,0 +1,740 @@
+//! Tests of the core, driven the way the network layer drives it: through
+//! sessions, their outboxes and their drops. Each kubecc bug the core could
+//! repeat has a test named after it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Mutex;
+
+use ccroute_wire::{Lang, RetryReason, Toolchain, ToolchainKind};
+
+use super::*;
+
+/// Bodies are numbers; answers say whether the compile succeeded.
+#[derive(Debug)]
+pub(crate) struct TestJob;
+
+impl Job for TestJob {
+    type Task = u64;
+    type Answer = bool;
+    fn classify(ok: &bool) -> AnswerKind {
+        if *ok {
+            AnswerKind::Success
+        } else {
+            AnswerKind::Failed
+        }
+    }
+}
+
+pub(crate) fn tc(name: &str) -> Toolchain {
+    Toolchain {
+        kind: ToolchainKind::Gnu,
+        lang: Lang::C,
+        compiler: name.into(),
+        target: "x86_64-linux-gnu".into(),
+        version: "12".into(),
+        pic_default: true,
+        pie_default: true,
+        binary_hash: [1; 32],
+    }
+}
+
+pub(crate) fn peer(n: u128) -> PeerInfo {
+    PeerInfo { node_id: n, host_name: format!("host-{n}") }
+}
+
+type S = Scheduler<TestJob>;
+
+fn sched() -> S {
+    Scheduler::new(Config::default())
+}
+
+/// Takes every assignment waiting for an agent.
+fn assigned(a: &mut AgentSession<TestJob>) -> Vec<TaskId> {
+    let mut out = vec![];
+    while let Some(d) = a.poll() {
+        if let Dispatch::Assign(t) = d {
+            out.push(t.id());
+        }
+    }
+    out
+}
+
+fn answers(c: &mut ConsumerdSession<TestJob>) -> Vec<Answer<bool>> {
+    std::iter::from_fn(|| c.poll_answer()).collect()
+}
+
+fn body_of(a: &mut AgentSession<TestJob>) -> Vec<(TaskId, u64)> {
+    let mut out = vec![];
+    while let Some(d) = a.poll() {
+        if let Dispatch::Assign(t) = d {
+            out.push((t.id(), *t.body()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_task_goes_to_an_agent_and_is_answered_once() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(7, tc("gcc").key(), 99).unwrap();
+    let got = body_of(&mut agent);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, 99);
+    agent.complete(got[0].0, true).unwrap();
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].client_id, 7);
+    assert_eq!(a[0].reply, Reply::Done(true));
+    assert!(answers(&mut cd).is_empty());
+    assert_eq!(agent.complete(got[0].0, true), Err(CompleteError::UnknownTask(got[0].0)), "answered twice");
+    assert_eq!(s.agents()[0].tokens_in_use, 0);
+}
+
+#[test]
+fn submit_checks_ids_and_toolchains() {
+    let s = sched();
+    let _agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    assert_eq!(cd.submit(1, tc("gcc").key(), 0), Err(RouteError::DuplicateTask(1)));
+    assert_eq!(cd.submit(2, tc("clang").key(), 0), Err(RouteError::InvalidToolchain(tc("clang").key())));
+    assert_eq!(RouteError::NoAgents.to_string(), "no available agents can run this task");
+}
+
+#[test]
+fn no_agent_for_the_toolchain_means_run_locally() {
+    let s = sched();
+    let _agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("clang")]);
+    cd.submit(1, tc("clang").key(), 0).unwrap();
+    assert_eq!(answers(&mut cd)[0].reply, Reply::RunLocally(RetryReason::NoAgents));
+}
+
+#[test]
+fn b7_last_agent_leaving_answers_waiting_tasks_instead_of_panicking() {
+    // kubecc B7: the route's channel could be closed under a sender (panic),
+    // and Route had no timeout (hang).
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    for id in 0..5 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    assert_eq!(assigned(&mut agent).len(), 1);
+    assert_eq!(s.routes()[0].queued, 4);
+    drop(agent);
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 5, "the running task and the four waiting ones");
+    assert!(a.iter().all(|a| a.reply == Reply::RunLocally(RetryReason::NoAgents)));
+    assert_eq!(cd.in_flight(), 0);
+}
+
+#[test]
+fn tokens_bound_the_tasks_an_agent_runs() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    for id in 0..6 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    let mut running = assigned(&mut agent);
+    assert_eq!(running.len(), 2);
+    let mut done = 0;
+    while let Some(t) = running.pop() {
+        agent.complete(t, true).unwrap();
+        done += 1;
+        running.extend(assigned(&mut agent));
+        assert!(running.len() <= 2, "never more than the limit");
+        assert_eq!(s.agents()[0].tokens_in_use as usize, running.len());
+    }
+    assert_eq!(done, 6);
+    assert_eq!(answers(&mut cd).len(), 6);
+}
+
+#[test]
+fn placement_prefers_the_least_loaded_agent() {
+    let s = sched();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut b = s.connect_agent(peer(2), &[tc("gcc")], 8);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..6 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    // 6 tasks over limits 4 and 8 by in_use/limit: 2 and 4.
+    assert_eq!((assigned(&mut a).len(), assigned(&mut b).len()), (2, 4));
+}
+
+#[test]
+fn large_routes_place_within_a_window_and_still_find_any_free_token() {
+    let s = sched();
+    let mut agents: Vec<_> = (0..40).map(|i| s.connect_agent(peer(i), &[tc("gcc")], 1)).collect();
+    let mut cd = s.connect_consumerd(peer(100), &[tc("gcc")]);
+    for id in 0..40 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    let per_agent: Vec<usize> = agents.iter_mut().map(|a| assigned(a).len()).collect();
+    assert!(per_agent.iter().all(|&n| n == 1), "every one of 40 single-token agents got one task: {per_agent:?}");
+    cd.submit(40, tc("gcc").key(), 40).unwrap();
+    assert_eq!(s.routes()[0].queued, 1, "all busy: it waits");
+}
+
+#[test]
+fn waiting_tasks_are_served_round_robin_across_consumerds() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut big = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    let mut small = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..20 {
+        big.submit(id, tc("gcc").key(), 1).unwrap();
+    }
+    for id in 0..4 {
+        small.submit(id, tc("gcc").key(), 2).unwrap();
+    }
+    let mut order = vec![];
+    loop {
+        let got = body_of(&mut agent);
+        if got.is_empty() {
+            break;
+        }
+        for (t, who) in got {
+            order.push(who);
+            agent.complete(t, true).unwrap();
+        }
+    }
+    assert_eq!(order.len(), 24);
+    // The first task was placed at once; then the two lanes alternate until
+    // the small one is empty: the small build is done within 9 placements.
+    let last_small = order.iter().rposition(|&w| w == 2).unwrap();
+    assert!(last_small <= 9, "small consumerd starved: {order:?}");
+}
+
+#[test]
+fn b5_a_lost_agents_tasks_are_placed_again_not_lost() {
+    let s = sched();
+    let mut a1 = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..4 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    // Two were sent to the agent; two still sit in its outbox.
+    assert!(matches!(a1.poll(), Some(Dispatch::Assign(_))));
+    assert!(matches!(a1.poll(), Some(Dispatch::Assign(_))));
+    let mut a2 = s.connect_agent(peer(2), &[tc("gcc")], 4);
+    drop(a1);
+    let moved = assigned(&mut a2);
+    assert_eq!(moved.len(), 4, "sent and unsent tasks moved to the other agent");
+    for t in moved {
+        a2.complete(t, true).unwrap();
+    }
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 4);
+    assert!(a.iter().all(|a| a.reply == Reply::Done(true)));
+    assert_eq!(s.totals().requeued, 4);
+}
+
+#[test]
+fn b15_placements_are_bounded() {
+    let s: S = Scheduler::new(Config { max_attempts: 2, ..Config::default() });
+    let mut cd = s.connect_consumerd(peer(9), &[tc("gcc")]);
+    let mut a1 = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    assert_eq!(assigned(&mut a1).len(), 1);
+    let mut a2 = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    drop(a1);
+    assert_eq!(assigned(&mut a2).len(), 1, "second placement");
+    let _a3 = s.connect_agent(peer(3), &[tc("gcc")], 1);
+    drop(a2);
+    assert_eq!(answers(&mut cd)[0].reply, Reply::RunLocally(RetryReason::AttemptsExhausted));
+}
+
+#[test]
+fn b14_a_lost_agents_late_result_is_never_delivered() {
+    let s = sched();
+    let mut cd = s.connect_consumerd(peer(9), &[tc("gcc")]);
+    let mut a1 = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    let t = assigned(&mut a1)[0];
+    let mut a2 = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    drop(a1);
+    // The lost agent reconnects under the same node id and answers its old task.
+    let mut back = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    assert_eq!(back.complete(t, false), Err(CompleteError::UnknownTask(t)));
+    assert_eq!(assigned(&mut a2), vec![t]);
+    a2.complete(t, true).unwrap();
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].reply, Reply::Done(true), "the second agent's answer, once");
+}
+
+#[test]
+fn cancelling_a_waiting_task_frees_its_place() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    cd.submit(2, tc("gcc").key(), 2).unwrap();
+    cd.submit(3, tc("gcc").key(), 3).unwrap();
+    assert!(cd.cancel(2));
+    assert!(!cd.cancel(2));
+    let first = body_of(&mut agent);
+    agent.complete(first[0].0, true).unwrap();
+    let next = body_of(&mut agent);
+    assert_eq!(next.iter().map(|x| x.1).collect::<Vec<_>>(), vec![3], "the cancelled task was skipped");
+    agent.complete(next[0].0, true).unwrap();
+    let ids: Vec<u64> = answers(&mut cd).iter().map(|a| a.client_id).collect();
+    assert_eq!(ids, vec![1, 3]);
+    assert_eq!(s.totals().cancelled, 1);
+}
+
+#[test]
+fn cancelling_a_running_task_tells_the_agent_and_keeps_the_token_until_it_answers() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    cd.submit(2, tc("gcc").key(), 2).unwrap();
+    let t = assigned(&mut agent)[0];
+    assert!(cd.cancel(1));
+    match agent.poll() {
+        Some(Dispatch::Cancel(id)) => assert_eq!(id, t),
+        other => panic!("expected a cancel, got {other:?}"),
+    }
+    assert_eq!(s.agents()[0].tokens_in_use, 1, "the compiler is still running");
+    assert!(agent.poll().is_none(), "the next task waits for the token");
+    agent.complete(t, false).unwrap();
+    let next = body_of(&mut agent);
+    assert_eq!(next.len(), 1);
+    agent.complete(next[0].0, true).unwrap();
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 1, "no answer for the cancelled task");
+    assert_eq!(a[0].client_id, 2);
+    assert_eq!(s.agents()[0].stale, 1);
+}
+
+#[test]
+fn a_consumerd_leaving_cancels_its_tasks_on_the_agents() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    let mut other = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..4 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    other.submit(9, tc("gcc").key(), 9).unwrap();
+    let running = assigned(&mut agent);
+    assert_eq!(running.len(), 2);
+    drop(cd);
+    let mut cancels = vec![];
+    while let Some(d) = agent.poll() {
+        if let Dispatch::Cancel(t) = d {
+            cancels.push(t);
+        }
+    }
+    cancels.sort();
+    let mut sorted = running.clone();
+    sorted.sort();
+    assert_eq!(cancels, sorted);
+    for t in running {
+        agent.complete(t, false).unwrap();
+    }
+    let next = assigned(&mut agent);
+    assert_eq!(next.len(), 1, "the other consumerd's task runs");
+    agent.complete(next[0], true).unwrap();
+    assert_eq!(answers(&mut other).len(), 1);
+    assert_eq!(s.agents()[0].tokens_in_use, 0);
+    assert_eq!(s.routes()[0].queued, 0);
+}
+
+#[test]
+fn shrinking_a_limit_never_preempts_and_growing_it_serves_waiting_tasks() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 8);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    s.set_agent_limit(agent.id(), 4);
+    for id in 0..10 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    let mut running = assigned(&mut agent);
+    assert_eq!(running.len(), 4);
+    assert_eq!(s.set_agent_limit(agent.id(), 2), Some(2));
+    assert_eq!(s.agents()[0].tokens_in_use, 4, "still running");
+    agent.complete(running.pop().unwrap(), true).unwrap();
+    agent.complete(running.pop().unwrap(), true).unwrap();
+    assert!(assigned(&mut agent).is_empty(), "2 running at limit 2");
+    agent.complete(running.pop().unwrap(), true).unwrap();
+    running.extend(assigned(&mut agent));
+    assert_eq!(running.len(), 2);
+    assert_eq!(s.set_agent_limit(agent.id(), 100), Some(8), "clamped to the agent's maximum");
+    running.extend(assigned(&mut agent));
+    assert_eq!(running.len(), 7, "a raise places all five waiting tasks at once");
+}
+
+#[test]
+fn b4_limits_come_from_the_agent_and_are_clamped() {
+    let s = sched();
+    let a0 = s.connect_agent(peer(1), &[tc("gcc")], 0);
+    let big = s.connect_agent(peer(2), &[tc("gcc")], 5000);
+    assert_eq!(a0.token_limit(), 1);
+    assert_eq!(big.token_limit(), MAX_TOKENS);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    assert_eq!(s.agents().iter().map(|a| a.tokens_in_use).sum::<u32>(), 1);
+}
+
+#[test]
+fn b9_a_toolchain_update_touches_only_that_peer() {
+    let s = sched();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc"), tc("g++")], 4);
+    let mut b = s.connect_agent(peer(2), &[tc("g++")], 4);
+    let mut x = s.connect_consumerd(peer(10), &[tc("gcc")]);
+    let mut y = s.connect_consumerd(peer(11), &[tc("g++")]);
+    assert_eq!(s.routes().len(), 2);
+    // a drops g++ and gains clang: b keeps serving g++, and gcc is untouched.
+    a.set_toolchains(&[tc("gcc"), tc("clang")]);
+    let routes = s.routes();
+    let gxx = routes.iter().find(|r| r.toolchain == tc("g++").key()).unwrap();
+    assert_eq!(gxx.agents, vec![2]);
+    assert_eq!(gxx.consumerds, vec![11]);
+    assert_eq!(routes.iter().find(|r| r.toolchain == tc("clang").key()).unwrap().agents, vec![1]);
+    y.submit(1, tc("g++").key(), 0).unwrap();
+    x.submit(1, tc("gcc").key(), 0).unwrap();
+    assert_eq!(assigned(&mut b).len(), 1);
+    assert_eq!(assigned(&mut a).len(), 1);
+    // Every later update applies too, for agents and consumerds alike (B9d).
+    a.set_toolchains(&[tc("clang")]);
+    a.set_toolchains(&[tc("clang"), tc("gcc")]);
+    x.set_toolchains(&[tc("gcc"), tc("clang")]);
+    x.set_toolchains(&[tc("clang")]);
+    let routes = s.routes();
+    assert_eq!(routes.iter().find(|r| r.toolchain == tc("gcc").key()).unwrap().consumerds, Vec::<u128>::new());
+    assert_eq!(routes.iter().find(|r| r.toolchain == tc("clang").key()).unwrap().consumerds, vec![10]);
+    x.submit(2, tc("clang").key(), 0).unwrap();
+    assert_eq!(assigned(&mut a).len(), 1);
+}
+
+#[test]
+fn b8_a_route_torn_down_is_gone_and_a_new_peer_gets_a_live_one() {
+    let s = sched();
+    let agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    drop(agent);
+    drop(cd);
+    assert!(s.routes().is_empty());
+    assert_eq!(s.core.routes.values().len(), 0, "removed from the map, not just hidden");
+    let mut agent = s.connect_agent(peer(3), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(4), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    let t = assigned(&mut agent);
+    assert_eq!(t.len(), 1);
+    agent.complete(t[0], true).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+}
+
+#[test]
+fn b11_a_duplicate_node_id_does_not_clobber_the_live_session() {
+    let s = sched();
+    let old = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut new = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    drop(old);
+    assert_eq!(s.agents().len(), 1);
+    assert_eq!(s.routes()[0].agents, vec![1]);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    let t = assigned(&mut new);
+    assert_eq!(t.len(), 1);
+    new.complete(t[0], true).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+}
+
+struct Recorder {
+    mode: Mutex<HashMap<u64, &'static str>>,
+    held: Mutex<Vec<Interception<TestJob>>>,
+    ends: AtomicUsize,
+}
+
+impl Hook<TestJob> for Recorder {
+    fn pre_receive(&self, task: &TaskRef<'_, TestJob>) -> HookAction {
+        let mode = self.mode.lock().unwrap().get(task.task().body()).copied().unwrap_or("pass");
+        match mode {
+            "reject" => HookAction::RejectRequest("not today".into()),
+            "answer" => {
+                let i = task.intercept().unwrap();
+                assert!(i.answer(true));
+                HookAction::RequestIntercepted
+            }
+            "hold" => {
+                self.held.lock().unwrap().push(task.intercept().unwrap());
+                HookAction::RequestIntercepted
+            }
+            "lie" => HookAction::RequestIntercepted,
+            _ => HookAction::ProcessRequestNormally,
+        }
+    }
+
+    fn on_end(&self, _task: &Task<TestJob>, _end: EndView<'_, bool>) {
+        self.ends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn hooks_reject_intercept_and_release_tasks() {
+    let rec =
+        Arc::new(Recorder { mode: Mutex::new(HashMap::new()), held: Mutex::new(vec![]), ends: AtomicUsize::new(0) });
+    {
+        let mut m = rec.mode.lock().unwrap();
+        m.insert(1, "reject");
+        m.insert(2, "answer");
+        m.insert(3, "hold");
+        m.insert(4, "hold");
+        m.insert(5, "hold");
+        m.insert(6, "lie");
+    }
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec.clone()]);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    // A hook answers even with no agent connected (a cache hit).
+    cd.submit(2, tc("gcc").key(), 2).unwrap();
+    assert_eq!(answers(&mut cd)[0].reply, Reply::Intercepted(true));
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 8);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    assert_eq!(answers(&mut cd)[0].reply, Reply::RunLocally(RetryReason::Rejected("not today".into())));
+    for id in 3..=6 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    assert_eq!(body_of(&mut agent).iter().map(|x| x.1).collect::<Vec<_>>(), vec![6], "a lying hook does not strand");
+    let mut held = std::mem::take(&mut *rec.held.lock().unwrap());
+    assert_eq!(held.len(), 3);
+    held.remove(0).proceed();
+    drop(held.remove(0));
+    assert!(cd.cancel(5));
+    assert!(!held.remove(0).answer(true), "cancelled while held: the cancel won");
+    let bodies: HashSet<u64> = body_of(&mut agent).iter().map(|x| x.1).collect();
+    assert_eq!(bodies, HashSet::from([3, 4]), "proceed and drop both route the task");
+    assert_eq!(rec.ends.load(std::sync::atomic::Ordering::SeqCst), 3, "reject, answer, cancel so far");
+}
+
+#[test]
+fn b12_b16_counters_add_up() {
+    let rec =
+        Arc::new(Recorder { mode: Mutex::new(HashMap::new()), held: Mutex::new(vec![]), ends: AtomicUsize::new(0) });
+    rec.mode.lock().unwrap().insert(1000, "answer");
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec]);
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 3);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc"), tc("clang")]);
+    for id in 0..30 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    cd.submit(100, tc("clang").key(), 0).unwrap(); // no agent: retried
+    cd.submit(101, tc("gcc").key(), 1000).unwrap(); // hook answers: intercepted
+    cd.cancel(29);
+    let mut n = 0;
+    loop {
+        let got = assigned(&mut agent);
+        if got.is_empty() {
+            break;
+        }
+        for t in got {
+            agent.complete(t, n % 3 != 0).unwrap();
+            n += 1;
+        }
+    }
+    let a = answers(&mut cd);
+    let t = s.totals();
+    assert_eq!(t.requests, 32, "each submit counted once");
+    assert_eq!(t.completed + t.failed, 29);
+    assert_eq!((t.retried, t.intercepted, t.cancelled), (1, 1, 1));
+    assert_eq!(t.requests, t.completed + t.failed + t.retried + t.intercepted + t.cancelled);
+    assert_eq!(a.len() as u64, t.requests - t.cancelled);
+    let ag = &s.agents()[0];
+    assert_eq!((ag.completed, ag.failed), (t.completed, t.failed), "both sides count the same answers");
+    drop(cd);
+    drop(agent);
+    assert_eq!(s.totals(), t, "retired peers keep their counts");
+}
+
+#[test]
+fn the_route_queue_is_bounded() {
+    let s: S = Scheduler::new(Config { max_queued_per_route: 2, ..Config::default() });
+    let _agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    for id in 0..4 {
+        cd.submit(id, tc("gcc").key(), id).unwrap();
+    }
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].client_id, 3);
+    assert_eq!(a[0].reply, Reply::RunLocally(RetryReason::QueueFull));
+}
+
+#[test]
+fn shutdown_sends_waiting_and_new_tasks_back() {
+    let s = sched();
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 0).unwrap();
+    cd.submit(2, tc("gcc").key(), 0).unwrap();
+    let running = assigned(&mut agent);
+    s.shutdown();
+    cd.submit(3, tc("gcc").key(), 0).unwrap();
+    let a = answers(&mut cd);
+    assert_eq!(a.iter().map(|a| a.client_id).collect::<Vec<_>>(), vec![2, 3]);
+    assert!(a.iter().all(|a| a.reply == Reply::RunLocally(RetryReason::ShuttingDown)));
+    agent.complete(running[0], true).unwrap();
+    assert_eq!(answers(&mut cd)[0].reply, Reply::Done(true), "running tasks finish");
+}
+
+/// Threads submit, cancel, complete, and agents come and go; at the end every
+/// task was answered exactly once unless cancelled, no token is held and no
+/// task waits.
+#[test]
+fn threads_end_every_task_exactly_once_and_leak_no_token() {
+    for round in 0..4 {
+        stress_round(round);
+    }
+}
+
+fn stress_round(seed: u64) {
+    let s = sched();
+    let toolchains = [tc("gcc"), tc("g++")];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut agent_threads = vec![];
+    for a in 0..3u64 {
+        let s = s.clone();
+        let stop = stop.clone();
+        agent_threads.push(std::thread::spawn(move || {
+            let mut rng = seed.wrapping_mul(31).wrapping_add(a + 1);
+            let mut session = s.connect_agent(peer(u128::from(a)), &[tc("gcc"), tc("g++")], 1 + (a as u32) * 2);
+            let mut held: Vec<TaskId> = vec![];
+            let mut reconnects = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                while let Some(d) = session.poll() {
+                    if let Dispatch::Assign(t) = d {
+                        held.push(t.id());
+                    }
+                }
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                if rng % 97 == 0 && reconnects < 3 {
+                    // Lost mid-build with tasks in hand.
+                    reconnects += 1;
+                    held.clear();
+                    session = s.connect_agent(peer(u128::from(a)), &[tc("gcc"), tc("g++")], 2);
+                    continue;
+                }
+                if let Some(t) = held.pop() {
+                    session.complete(t, rng % 5 != 0).unwrap();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            // Finish what is held so that tokens come back.
+            loop {
+                while let Some(d) = session.poll() {
+                    if let Dispatch::Assign(t) = d {
+                        held.push(t.id());
+                    }
+                }
+                match held.pop() {
+                    Some(t) => session.complete(t, true).unwrap(),
+                    None => break,
+                }
+            }
+            session
+        }));
+    }
+    let mut consumer_threads = vec![];
+    for c in 0..2u64 {
+        let s = s.clone();
+        let toolchains = toolchains.clone();
+        consumer_threads.push(std::thread::spawn(move || {
+            let mut cd = s.connect_consumerd(peer(100 + u128::from(c)), &toolchains);
+            let mut answered: HashMap<u64, usize> = HashMap::new();
+            let mut cancelled = HashSet::new();
+            let mut rng = seed.wrapping_add(7 + c);
+            let total = 3000u64;
+            let mut next = 0u64;
+            let mut open = HashSet::new();
+            while next < total || !open.is_empty() {
+                if next < total && open.len() < 64 {
+                    let key = toolchains[(next % 2) as usize].key();
+                    cd.submit(next, key, next).unwrap();
+                    open.insert(next);
+                    next += 1;
+                }
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                if rng % 53 == 0 {
+                    if let Some(&victim) = open.iter().next() {
+                        if cd.cancel(victim) {
+                            cancelled.insert(victim);
+                            open.remove(&victim);
+                        }
+                    }
+                }
+                while let Some(a) = cd.poll_answer() {
+                    *answered.entry(a.client_id).or_default() += 1;
+                    assert!(!cancelled.contains(&a.client_id), "answer after cancel");
+                    open.remove(&a.client_id);
+                }
+                std::thread::yield_now();
+            }
+            assert!(answered.values().all(|&n| n == 1), "an answer delivered twice");
+            assert_eq!(answered.len() + cancelled.len(), total as usize, "a task was lost");
+            cd
+        }));
+    }
+    let consumerds: Vec<_> = consumer_threads.into_iter().map(|h| h.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let agents: Vec<_> = agent_threads.into_iter().map(|h| h.join().unwrap()).collect();
+    for a in s.agents() {
+        assert_eq!(a.tokens_in_use, 0, "token leaked on {a:?}");
+    }
+    assert!(s.routes().iter().all(|r| r.queued == 0));
+    let t = s.totals();
+    assert_eq!(t.requests, 6000);
+    assert_eq!(t.requests, t.completed + t.failed + t.retried + t.intercepted + t.cancelled);
+    drop(agents);
+    drop(consumerds);
+    assert!(s.routes().is_empty());
+}
+
+#[test]
+fn b22_agents_joining_while_tasks_arrive_are_ready_when_seen() {
+    let s = sched();
+    let mut cd = s.connect_consumerd(peer(100), &[tc("gcc")]);
+    let _first = s.connect_agent(peer(0), &[tc("gcc")], 1);
+    let joiner = {
+        let s = s.clone();
+        std::thread::spawn(move || (1..20).map(|i| s.connect_agent(peer(i), &[tc("gcc")], 2)).collect::<Vec<_>>())
+    };
+    let mut n = 0;
+    while n < 200 {
+        cd.submit(n, tc("gcc").key(), n).unwrap();
+        n += 1;
+    }
+    let mut agents = joiner.join().unwrap();
+    for a in s.agents() {
+        assert!(a.tokens_in_use <= a.token_limit, "{a:?}");
+    }
+    // Everything placed so far, or waiting, gets done.
+    let mut done = 0;
+    let mut first = _first;
+    loop {
+        let mut progressed = false;
+        for a in agents.iter_mut().chain(std::iter::once(&mut first)) {
+            for t in assigned(a) {
+                a.complete(t, true).unwrap();
+                progressed = true;
+            }
+        }
+        done += answers(&mut cd).len();
+        if !progressed {
+            break;
+        }
+    }
+    assert_eq!(done, 200);
+}
