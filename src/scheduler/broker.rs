@@ -432,6 +432,9 @@ impl<J: Job> std::fmt::Debug for AgentSession<J> {
     }
 }
 
+/// A consumerd's place on a route: the route and its lane there.
+type Attachment<J> = (Arc<Route<J>>, Arc<Lane<J>>);
+
 /// One connected consumerd, as its connection task drives it.
 pub struct ConsumerdSession<J: Job> {
     core: Arc<Core<J>>,
@@ -439,7 +442,7 @@ pub struct ConsumerdSession<J: Job> {
     /// Its tasks in flight, by its ids for them.
     tasks: FxHashMap<u64, Arc<Task<J>>>,
     /// Its lane on each route it sends to.
-    lanes: FxHashMap<ToolchainKey, (Arc<Route<J>>, Arc<Lane<J>>)>,
+    lanes: FxHashMap<ToolchainKey, Attachment<J>>,
     next_seq: u32,
 }
 

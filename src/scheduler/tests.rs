@@ -2,6 +2,8 @@
 //! sessions, their outboxes and their drops. Each kubecc bug the core could
 //! repeat has a test named after it.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
