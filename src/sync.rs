@@ -10,14 +10,14 @@
 //! protocol between them, and take the containers' linearizability as given.
 
 #[cfg(ccroute_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(ccroute_loom)]
-pub(crate) use loom::sync::{Arc, Mutex};
+pub(crate) use loom::sync::Arc;
 #[cfg(ccroute_loom)]
 pub(crate) use loom::thread::yield_now;
 
 #[cfg(not(ccroute_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(ccroute_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(ccroute_loom))]

@@ -141,24 +141,24 @@ impl<J: Job> Core<J> {
     }
 
     /// A hook let a held task go on.
-    pub(crate) fn resume(self: &Arc<Self>, task: Arc<Task<J>>, next_hook: usize) {
+    pub(crate) fn resume(core: &Arc<Self>, task: Arc<Task<J>>, next_hook: usize) {
         let s = task.state();
         if s.phase == Phase::Held && task.transition(s, State::queued(s.attempt)) {
-            self.run_hooks(task, next_hook);
+            Self::run_hooks(core, task, next_hook);
         }
     }
 
     /// Runs hooks from `from` on, then places the task.
-    pub(crate) fn run_hooks(self: &Arc<Self>, task: Arc<Task<J>>, from: usize) {
-        if self.is_shutting_down() {
-            self.end_queued(&task, RetryReason::ShuttingDown);
+    pub(crate) fn run_hooks(core: &Arc<Self>, task: Arc<Task<J>>, from: usize) {
+        if core.is_shutting_down() {
+            core.end_queued(&task, RetryReason::ShuttingDown);
             return;
         }
-        for (i, hook) in self.hooks.iter().enumerate().skip(from) {
-            match hook.pre_receive(&TaskRef { core: self, task: &task, hook: i }) {
+        for (i, hook) in core.hooks.iter().enumerate().skip(from) {
+            match hook.pre_receive(&TaskRef { core, task: &task, hook: i }) {
                 HookAction::ProcessRequestNormally => {}
                 HookAction::RejectRequest(why) => {
-                    self.end_queued(&task, RetryReason::Rejected(why));
+                    core.end_queued(&task, RetryReason::Rejected(why));
                     return;
                 }
                 HookAction::RequestIntercepted => {
@@ -171,7 +171,7 @@ impl<J: Job> Core<J> {
                 }
             }
         }
-        self.place(task);
+        core.place(task);
     }
 
     fn end_queued(&self, task: &Arc<Task<J>>, reason: RetryReason) {
@@ -497,7 +497,7 @@ impl<J: Job> ConsumerdSession<J> {
         self.tasks.insert(client_id, task.clone());
         self.entry.counters.submitted.bump();
         self.publish_in_flight();
-        self.core.run_hooks(task, 0);
+        Core::run_hooks(&self.core, task, 0);
         Ok(id)
     }
 

@@ -138,7 +138,7 @@ impl<J: Job> Interception<J> {
     /// Lets the task go on to the next hook and the router.
     pub fn proceed(mut self) {
         if let Some(task) = self.task.take() {
-            self.core.resume(task, self.next_hook);
+            Core::resume(&self.core, task, self.next_hook);
         }
     }
 }
@@ -146,7 +146,7 @@ impl<J: Job> Interception<J> {
 impl<J: Job> Drop for Interception<J> {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            self.core.resume(task, self.next_hook);
+            Core::resume(&self.core, task, self.next_hook);
         }
     }
 }

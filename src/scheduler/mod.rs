@@ -116,7 +116,8 @@ pub(crate) struct Core<J: Job> {
     pub(crate) routes: ShardedMap<ToolchainKey, Arc<Route<J>>>,
     pub(crate) agents: ShardedMap<AgentId, Arc<AgentEntry<J>>>,
     pub(crate) consumerds: ShardedMap<ConsumerdId, Arc<ConsumerdEntry<J>>>,
-    pub(crate) hooks: Vec<Arc<dyn Hook<J>>>,
+    /// Immutable after construction: plain std `Arc`s, outside what loom models.
+    pub(crate) hooks: Vec<std::sync::Arc<dyn Hook<J>>>,
     pub(crate) retired: Retired,
     next_peer: AtomicU32,
     shutting_down: AtomicBool,
@@ -157,7 +158,7 @@ impl<J: Job> Scheduler<J> {
     }
 
     /// A scheduler whose tasks pass through `hooks`, in order, before routing.
-    pub fn with_hooks(config: Config, hooks: Vec<Arc<dyn Hook<J>>>) -> Self {
+    pub fn with_hooks(config: Config, hooks: Vec<std::sync::Arc<dyn Hook<J>>>) -> Self {
         let config = Config { max_attempts: config.max_attempts.max(1), ..config };
         Scheduler {
             core: Arc::new(Core {

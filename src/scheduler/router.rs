@@ -20,17 +20,25 @@
 //!   another's (fairness across consumerds within a route).
 //!
 //! The protocol that no task waits while a token is free — the one loom
-//! checks — is a Dekker pair over `SeqCst` operations: a submitter *pushes,
-//! then counts itself in `queued`, then looks for a token*; a releaser
-//! *gives the token back, then looks at `queued`*. Whichever comes second
-//! sees the other's write, so at least one of them places the task.
+//! checks — is a Dekker pair: a submitter *pushes, counts itself in
+//! `queued`, fences, then looks for a token*; a releaser *gives the token
+//! back, fences, then looks at `queued`*. With a `SeqCst` fence between each
+//! side's write and its read, at least one of them sees the other's write,
+//! so at least one of them places the task. (The writes are `SeqCst`
+//! read-modify-writes already, which x86 orders anyway; the fences make the
+//! argument hold in the language's memory model — and in loom, which models
+//! `SeqCst` accesses as acquire/release but `SeqCst` fences exactly. Loom
+//! found the missed wake-up without them.) The same pair guards an agent
+//! leaving (remove it from the list, fence, look at `queued`) against a
+//! submitter that saw it, and a consumerd leaving (mark its lane detached,
+//! fence, drain) against a push into that lane.
 
 use ccroute_wire::{RetryReason, Toolchain, ToolchainKey};
 
 use super::broker::{AgentEntry, AgentEvent, ConsumerdEntry, Ending};
 use super::task::{Phase, State, Task};
 use super::{Core, Job};
-use crate::sync::{yield_now, Arc, AtomicBool, AtomicUsize, CachePadded, Ordering, Queue, Snapshot};
+use crate::sync::{fence, yield_now, Arc, AtomicBool, AtomicUsize, CachePadded, Ordering, Queue, Snapshot};
 
 /// Routes with more agents than this look at a window of this many agents
 /// per placement instead of all of them.
@@ -222,6 +230,8 @@ impl<J: Job> Core<J> {
     /// whatever still sits in the lane is dropped.
     pub(crate) fn detach_lane(&self, route: &Arc<Route<J>>, lane: &Arc<Lane<J>>) {
         lane.detached.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `enqueue`: a push we do not see, sees us.
+        fence(Ordering::SeqCst);
         self.routes.with_entry(
             route.key,
             || route.clone(),
@@ -280,6 +290,9 @@ impl<J: Job> Core<J> {
         let lane = task.lane.clone();
         lane.queue.push(task);
         route.queued.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `dispatch`/`serve_routes_of` (token given
+        // back, agent gone) and in `detach_lane` (lane detached).
+        fence(Ordering::SeqCst);
         if lane.detached.load(Ordering::SeqCst) {
             // The consumerd left between our look-up and the push, and its
             // drain may have run already: drain behind it.
@@ -303,6 +316,10 @@ impl<J: Job> Core<J> {
     /// back and every agent that joins or leaves.
     pub(crate) fn dispatch(&self, route: &Route<J>) {
         'outer: loop {
+            // Pairs with the fence in `enqueue`: whatever the caller just did
+            // (gave a token back, removed an agent, pushed a task) is ordered
+            // before this look at `queued`.
+            fence(Ordering::SeqCst);
             if route.queued() == 0 {
                 return;
             }
@@ -339,6 +356,9 @@ impl<J: Job> Core<J> {
 
     /// After a token of `agent` came back: serve the waiting tasks of its routes.
     pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>) {
+        // Pairs with the fence in `enqueue`: the token given back is ordered
+        // before these looks at `queued`.
+        fence(Ordering::SeqCst);
         let routes = agent.routes.load();
         for route in routes.iter() {
             if route.queued() > 0 {

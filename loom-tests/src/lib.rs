@@ -1,0 +1,1 @@
+//! Models live in tests/.

@@ -1,0 +1,387 @@
+//! loom models of the scheduler core.
+//!
+//! Each model says what it checks and what it stands in for. Under
+//! `ccroute_loom` the core's own atomics, `Arc`s and spin-yields are loom's;
+//! the lock-free containers loom cannot see into (crossbeam's `SegQueue`,
+//! arc-swap, dashmap) are a loom `Mutex` around the plain structure, so these
+//! models check our protocol between atomics and take the containers'
+//! linearizability as given.
+#![cfg(ccroute_loom)]
+
+use std::sync::atomic::Ordering as StdOrdering;
+
+use ccroute::scheduler::{
+    AnswerKind, Config, Dispatch, EndView, Hook, HookAction, Job, PeerInfo, Scheduler, Task, TaskRef, TokenPool,
+};
+use ccroute_wire::{Lang, Toolchain, ToolchainKind};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+#[derive(Debug)]
+struct J;
+
+impl Job for J {
+    type Task = u64;
+    type Answer = bool;
+    fn classify(ok: &bool) -> AnswerKind {
+        if *ok {
+            AnswerKind::Success
+        } else {
+            AnswerKind::Failed
+        }
+    }
+}
+
+fn tc() -> Toolchain {
+    Toolchain {
+        kind: ToolchainKind::Gnu,
+        lang: Lang::C,
+        compiler: "gcc".into(),
+        target: "x86_64-linux-gnu".into(),
+        version: "12".into(),
+        pic_default: true,
+        pie_default: true,
+        binary_hash: [0; 32],
+    }
+}
+
+fn peer(n: u128) -> PeerInfo {
+    PeerInfo { node_id: n, host_name: String::new() }
+}
+
+/// Counts how many times each task ends: the invariant is exactly once.
+struct Ends(AtomicUsize);
+
+impl Hook<J> for Ends {
+    fn pre_receive(&self, _: &TaskRef<'_, J>) -> HookAction {
+        HookAction::ProcessRequestNormally
+    }
+    fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b.check(f);
+}
+
+/// (a) Tokens: concurrent acquire / release / set-limit never let more than
+/// the largest limit be held at once, and leave no token held.
+#[test]
+fn tokens_never_exceed_the_limit_and_never_leak() {
+    model(|| {
+        let pool = Arc::new(TokenPool::new(1));
+        let held = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let pool = pool.clone();
+                let held = held.clone();
+                thread::spawn(move || {
+                    if pool.try_acquire() {
+                        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(now <= 2, "{now} tokens held with limits 1 and 2");
+                        held.fetch_sub(1, Ordering::SeqCst);
+                        pool.release();
+                    }
+                })
+            })
+            .collect();
+        let mover = {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                pool.set_limit(2);
+                pool.set_limit(1);
+            })
+        };
+        for w in workers {
+            w.join().unwrap();
+        }
+        mover.join().unwrap();
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.limit(), 1);
+    });
+}
+
+/// (a') A shrinking limit never lets a new token through while the old
+/// holders are above it.
+#[test]
+fn a_shrinking_limit_refuses_until_holders_drop_below_it() {
+    model(|| {
+        let pool = Arc::new(TokenPool::new(2));
+        assert!(pool.try_acquire());
+        assert!(pool.try_acquire());
+        let p = pool.clone();
+        let shrink = thread::spawn(move || {
+            p.set_limit(1);
+        });
+        let p = pool.clone();
+        let release = thread::spawn(move || p.release());
+        shrink.join().unwrap();
+        release.join().unwrap();
+        // 1 held at limit 1: full.
+        assert!(!pool.try_acquire());
+        pool.release();
+        assert!(pool.try_acquire());
+        pool.release();
+        assert_eq!(pool.in_use(), 0);
+    });
+}
+
+/// (b) An agent's result races its consumerd's cancel: the task ends once,
+/// the consumerd gets at most one answer, the token comes back.
+#[test]
+fn a_result_racing_a_cancel_ends_the_task_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut agent = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let a = thread::spawn(move || {
+            agent.complete(id, true).unwrap();
+            agent
+        });
+        let c = thread::spawn(move || {
+            let cancelled = cd.cancel(1);
+            (cd, cancelled)
+        });
+        let mut agent = a.join().unwrap();
+        let (mut cd, cancelled) = c.join().unwrap();
+        assert!(cancelled);
+        assert!(cd.poll_answer().is_none(), "an answer after a cancel");
+        // A cancel that reached the agent is harmless now.
+        while agent.poll().is_some() {}
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1, "the task ended {} times", ends.0.load(Ordering::SeqCst));
+        assert_eq!(s.agents()[0].tokens_in_use, 0);
+        drop(agent);
+        drop(cd);
+    });
+}
+
+/// (b) An agent's disconnect races its consumerd's cancel: the task is
+/// either placed again (and answered by the other agent) or cancelled —
+/// once — and no token stays held.
+#[test]
+fn a_disconnect_racing_a_cancel_ends_the_task_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut lost = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        assert!(matches!(lost.poll(), Some(Dispatch::Assign(_))));
+        let mut other = s.connect_agent(peer(3), &[tc()], 1);
+        let a = thread::spawn(move || drop(lost));
+        let c = thread::spawn(move || {
+            cd.cancel(1);
+            cd
+        });
+        a.join().unwrap();
+        let mut cd = c.join().unwrap();
+        // Whatever reached the other agent, it runs and answers.
+        while let Some(d) = other.poll() {
+            if let Dispatch::Assign(t) = d {
+                let id = t.id();
+                drop(t);
+                other.complete(id, true).unwrap();
+            }
+        }
+        assert!(cd.poll_answer().is_none(), "an answer after a cancel");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert_eq!(s.agents()[0].tokens_in_use, 0, "token leaked");
+        drop(other);
+        drop(cd);
+    });
+}
+
+/// (b) An agent's result races its consumerd's disconnect: one end, no
+/// answer left anywhere, no token held.
+#[test]
+fn a_result_racing_the_consumerd_leaving_ends_the_task_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut agent = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let a = thread::spawn(move || {
+            agent.complete(id, false).unwrap();
+            agent
+        });
+        let c = thread::spawn(move || drop(cd));
+        let agent = a.join().unwrap();
+        c.join().unwrap();
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert_eq!(s.agents()[0].tokens_in_use, 0);
+        drop(agent);
+    });
+}
+
+/// (c) An agent gives a token back while a task is submitted: the task is
+/// never left waiting while the agent has a free token.
+#[test]
+fn no_task_waits_while_a_token_is_free() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut agent = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 1).unwrap();
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("not assigned") };
+        let first = t.id();
+        drop(t);
+        let a = thread::spawn(move || {
+            agent.complete(first, true).unwrap();
+            agent
+        });
+        let c = thread::spawn(move || {
+            cd.submit(2, tc().key(), 2).unwrap();
+            cd
+        });
+        let mut agent = a.join().unwrap();
+        let cd = c.join().unwrap();
+        let routes = s.routes();
+        let waiting = routes[0].queued;
+        let snapshot = &s.agents()[0];
+        assert!(
+            waiting == 0 || snapshot.tokens_in_use >= snapshot.token_limit,
+            "{waiting} waiting while {} of {} tokens are held",
+            snapshot.tokens_in_use,
+            snapshot.token_limit
+        );
+        match agent.poll() {
+            Some(Dispatch::Assign(t)) => assert_eq!(*t.body(), 2),
+            other => panic!("the second task was not placed: {other:?}"),
+        }
+        drop(agent);
+        drop(cd);
+    });
+}
+
+/// (c) Two agents of one route give tokens back while two tasks arrive.
+#[test]
+fn two_agents_and_two_submits_leave_nothing_waiting() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a1 = s.connect_agent(peer(2), &[tc()], 1);
+        let mut a2 = s.connect_agent(peer(3), &[tc()], 1);
+        cd.submit(1, tc().key(), 1).unwrap();
+        cd.submit(2, tc().key(), 2).unwrap();
+        let mut ids = vec![];
+        for a in [&mut a1, &mut a2] {
+            let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+            ids.push(t.id());
+        }
+        let (i1, i2) = (ids[0], ids[1]);
+        let t1 = thread::spawn(move || {
+            a1.complete(i1, true).unwrap();
+            a1
+        });
+        let t2 = thread::spawn(move || {
+            cd.submit(3, tc().key(), 3).unwrap();
+            cd
+        });
+        a2.complete(i2, true).unwrap();
+        let a1 = t1.join().unwrap();
+        let cd = t2.join().unwrap();
+        assert_eq!(s.routes()[0].queued, 0, "task 3 waits while tokens are free");
+        drop((a1, a2, cd));
+    });
+}
+
+/// The last agent of a route leaves while a task arrives: nothing is left
+/// waiting on a route with no agent — both tasks go back to run locally.
+#[test]
+fn the_last_agent_leaving_strands_no_task() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut agent = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 1).unwrap();
+        assert!(matches!(agent.poll(), Some(Dispatch::Assign(_))));
+        let a = thread::spawn(move || drop(agent));
+        let c = thread::spawn(move || {
+            cd.submit(2, tc().key(), 2).unwrap();
+            cd
+        });
+        a.join().unwrap();
+        let mut cd = c.join().unwrap();
+        let mut answered = 0;
+        while let Some(a) = cd.poll_answer() {
+            assert!(matches!(a.reply, ccroute::scheduler::Reply::RunLocally(_)));
+            answered += 1;
+        }
+        assert_eq!(answered, 2, "a task was stranded on a route with no agent");
+        drop(cd);
+    });
+}
+
+/// A hook answers a task it intercepted (a cache hit found on another
+/// thread) while the consumerd cancels it: one end, no answer after cancel.
+#[test]
+fn an_interception_racing_a_cancel_ends_the_task_once() {
+    struct Holder(std::sync::Mutex<Vec<ccroute::scheduler::Interception<J>>>, AtomicUsize);
+    impl Hook<J> for Holder {
+        fn pre_receive(&self, t: &TaskRef<'_, J>) -> HookAction {
+            if let Some(i) = t.intercept() {
+                self.0.lock().unwrap().push(i);
+            }
+            HookAction::RequestIntercepted
+        }
+        fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    model(|| {
+        let hook = std::sync::Arc::new(Holder(std::sync::Mutex::new(vec![]), AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![hook.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        cd.submit(1, tc().key(), 1).unwrap();
+        let held = hook.0.lock().unwrap().pop().unwrap();
+        let h = thread::spawn(move || held.answer(true));
+        let c = thread::spawn(move || {
+            cd.cancel(1);
+            cd
+        });
+        h.join().unwrap();
+        let mut cd = c.join().unwrap();
+        assert!(cd.poll_answer().is_none());
+        assert_eq!(hook.1.load(Ordering::SeqCst), 1);
+        drop(cd);
+    });
+}
+
+/// The canary: a deliberately racy counter. If loom did not explore
+/// interleavings this would pass; it must fail.
+#[test]
+#[should_panic]
+fn canary_a_racy_counter_is_caught() {
+    model(|| {
+        let n = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let n = n.clone();
+                thread::spawn(move || {
+                    let v = n.load(Ordering::SeqCst);
+                    n.store(v + 1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(n.load(Ordering::SeqCst), 2, "lost update");
+    });
+    let _ = StdOrdering::SeqCst;
+}
