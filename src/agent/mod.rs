@@ -1,4 +1,5 @@
-//! The agent: toolchain discovery and the CPU sampler.
+//! The agent: toolchain discovery, the CPU sampler, and CPU-limited cgroups.
 
+pub mod cgroup;
 pub mod sampler;
 pub mod toolchain;
