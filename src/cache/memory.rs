@@ -3,8 +3,8 @@
 //! [`MemoryTier`] wraps `quick_cache`'s sharded cache with a byte weigher:
 //! each shard has its own lock, so lookups from many connections contend only
 //! when they hash to the same shard, never on a global lock. Eviction is
-//! quick_cache's CLOCK-Pro-like policy, which keeps entries that are hit
-//! again over a scan of one-off entries.
+//! quick_cache's scan-resistant policy (a Clock-PRO variant close to
+//! S3-FIFO), which keeps entries that are hit again over a run of one-offs.
 //!
 //! A shard holds at most its share of the capacity, so an entry larger than
 //! [`MemoryTier::max_entry_bytes`] is not kept here (the disk and Redis tiers
