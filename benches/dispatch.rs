@@ -44,8 +44,10 @@ struct Shape {
     toolchains: usize,
 }
 
-const SHAPES: [Shape; 2] =
-    [Shape { name: "8 agents x 16 toolchains", agents: 8, toolchains: 16 }, Shape { name: "1000 agents", agents: 1000, toolchains: 16 }];
+const SHAPES: [Shape; 2] = [
+    Shape { name: "8 agents x 16 toolchains", agents: 8, toolchains: 16 },
+    Shape { name: "1000 agents", agents: 1000, toolchains: 16 },
+];
 
 fn toolchain(i: usize) -> Toolchain {
     Toolchain {
@@ -210,8 +212,10 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
     let start = Barrier::new(threads + 1);
     std::thread::scope(|scope| {
         for t in 0..threads {
-            let mine: Vec<(usize, mpsc::Receiver<u64>)> =
-                (0..shape.agents).filter(|a| a % threads == t).filter_map(|a| agent_rx[a].take().map(|rx| (a, rx))).collect();
+            let mine: Vec<(usize, mpsc::Receiver<u64>)> = (0..shape.agents)
+                .filter(|a| a % threads == t)
+                .filter_map(|a| agent_rx[a].take().map(|rx| (a, rx)))
+                .collect();
             let answers = cd_rx[t].take();
             let (r, every_tc, done, all_done, start) = (&r, &every_tc, &done, &all_done, &start);
             scope.spawn(move || {
@@ -307,6 +311,18 @@ fn paired(total: u64, rounds: usize) {
 }
 
 fn main() {
+    // For instruction-level profiles (`valgrind --tool=callgrind`): one
+    // implementation, one shape, one thread count, nothing else.
+    //   DISPATCH_PROFILE=ccroute|reference,<shape 0|1>,<threads>,<cycles>
+    if let Ok(spec) = std::env::var("DISPATCH_PROFILE") {
+        let f: Vec<&str> = spec.split(',').collect();
+        let shape = SHAPES[f.get(1).and_then(|s| s.parse().ok()).unwrap_or(0usize).min(1)];
+        let threads = f.get(2).and_then(|s| s.parse().ok()).unwrap_or(1usize).max(1);
+        let n = f.get(3).and_then(|s| s.parse().ok()).unwrap_or(100_000u64);
+        let d = if f[0] == "reference" { run_reference(shape, threads, n) } else { run_ccroute(shape, threads, n) };
+        println!("{spec}: {:.0} cycles/s", n as f64 / d.as_secs_f64());
+        return;
+    }
     let bench = std::env::args().any(|a| a == "--bench");
     if !bench {
         // `cargo test`: one small run of each, checked, not timed.

@@ -24,12 +24,14 @@ impl<T> Outbox<T> {
     }
 
     /// Appends and wakes the owner.
+    #[inline]
     pub(crate) fn push(&self, value: T) {
         self.queue.push(value);
         self.waker.wake();
     }
 
     /// Takes the oldest entry.
+    #[inline]
     pub(crate) fn pop(&self) -> Option<T> {
         self.queue.pop()
     }

@@ -130,19 +130,19 @@ impl<J: Job> Route<J> {
             if n <= WINDOW { (0, n) } else { (self.window.fetch_add(1, Ordering::Relaxed) % n, WINDOW) };
         loop {
             let mut best: Option<(usize, u32, u32)> = None;
-            for i in 0..width {
-                let idx = (start + i) % n;
+            let mut idx = start;
+            for _ in 0..width {
                 let (in_use, limit, free) = agents[idx].tokens.load();
-                if !free {
-                    continue;
-                }
                 // in_use/limit < best_in_use/best_limit, without division.
-                let better = match best {
-                    None => true,
-                    Some((_, bu, bl)) => u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit),
-                };
-                if better {
+                if free
+                    && best
+                        .is_none_or(|(_, bu, bl)| u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
+                {
                     best = Some((idx, in_use, limit));
+                }
+                idx += 1;
+                if idx == n {
+                    idx = 0;
                 }
             }
             match best {

@@ -25,12 +25,14 @@ pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     /// Adds one. Only the counter's owner calls this.
+    #[inline]
     pub(crate) fn bump(&self) {
         // Single writer: a load and a store cannot lose an increment, and
         // readers only need some recent value.
         self.0.store(self.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }

@@ -119,11 +119,13 @@ impl<J: Job> Task<J> {
     }
 
     /// The current state. A snapshot: act on it only through [`Task::transition`].
+    #[inline]
     pub(crate) fn state(&self) -> State {
         State::unpack(self.state.load(Ordering::SeqCst))
     }
 
     /// Moves from exactly `from` to `to`; false when another transition won.
+    #[inline]
     pub(crate) fn transition(&self, from: State, to: State) -> bool {
         self.state.compare_exchange(from.pack(), to.pack(), Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }

@@ -32,6 +32,7 @@ pub struct TokenPool {
 }
 
 /// Clamps a requested limit into `[1, MAX_TOKENS]`.
+#[inline]
 pub fn clamp_limit(limit: u32) -> u32 {
     limit.clamp(1, MAX_TOKENS)
 }
@@ -43,11 +44,13 @@ impl TokenPool {
         TokenPool { state: CachePadded::new(AtomicU64::new(limit << LIMIT_SHIFT)) }
     }
 
+    #[inline]
     fn split(s: u64) -> (u32, u32, bool) {
         ((s & IN_USE_MASK) as u32, ((s & LIMIT_MASK) >> LIMIT_SHIFT) as u32, s & CLOSED != 0)
     }
 
     /// Takes a token if one is free and the pool is open.
+    #[inline]
     pub fn try_acquire(&self) -> bool {
         let mut s = self.state.load(Ordering::SeqCst);
         loop {
@@ -66,6 +69,7 @@ impl TokenPool {
     ///
     /// # Panics
     /// In debug builds, when no token is held (a double release is a bug).
+    #[inline]
     pub fn release(&self) {
         let before = self.state.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(before & IN_USE_MASK != 0, "token released twice");
@@ -73,6 +77,7 @@ impl TokenPool {
 
     /// Sets the limit (clamped to `[1, MAX_TOKENS]`); returns the old one.
     /// Running tasks are never preempted.
+    #[inline]
     pub fn set_limit(&self, limit: u32) -> u32 {
         let limit = u64::from(clamp_limit(limit));
         let mut s = self.state.load(Ordering::SeqCst);
@@ -86,27 +91,32 @@ impl TokenPool {
     }
 
     /// Refuses every further `try_acquire`. Tokens held stay held until released.
+    #[inline]
     pub fn close(&self) {
         self.state.fetch_or(CLOSED, Ordering::SeqCst);
     }
 
     /// Tokens held now.
+    #[inline]
     pub fn in_use(&self) -> u32 {
         Self::split(self.state.load(Ordering::SeqCst)).0
     }
 
     /// The current limit.
+    #[inline]
     pub fn limit(&self) -> u32 {
         Self::split(self.state.load(Ordering::SeqCst)).1
     }
 
     /// `(in_use, limit, has_free)` from one load, for placement decisions.
+    #[inline]
     pub fn load(&self) -> (u32, u32, bool) {
         let (in_use, limit, closed) = Self::split(self.state.load(Ordering::SeqCst));
         (in_use, limit, !closed && in_use < limit)
     }
 
     /// Whether the pool was closed.
+    #[inline]
     pub fn is_closed(&self) -> bool {
         Self::split(self.state.load(Ordering::SeqCst)).2
     }
