@@ -92,8 +92,18 @@ pub fn agent_command(spec: &TaskSpec, compiler: &Path, scratch: &Path) -> Result
         if spec.input_path.starts_with('/') { format!("{s}/i") } else { format!("{s}/i/{}", "d/".repeat(ups)) };
     let cwd_str = format!("{s}/c{}", "/d".repeat(ups + EXTRA_DEPTH));
     let root = format!("{s}/r");
-    let input_arg = format!("{input_prefix}{}", spec.input_path);
-    let source_path = normalize(Path::new(&input_arg));
+    // With macro debug info (-g3) gcc numbers files by name, and the main
+    // input must carry the very name its line markers use; the text then sits
+    // where the markers point, and diagnostics in the main file show its
+    // preprocessed lines instead of the original ones.
+    // clang numbers files by name even for plain -g.
+    let same_name = macro_debug(&spec.args) || super::Family::of_compiler(compiler) == super::Family::Clang;
+    let input_arg = match (same_name, spec.input_path.starts_with('/')) {
+        (true, true) => format!("{root}{}", spec.input_path),
+        (true, false) => spec.input_path.clone(),
+        (false, _) => format!("{input_prefix}{}", spec.input_path),
+    };
+    let source_path = normalize(&Path::new(&cwd_str).join(&input_arg));
     let object_path = scratch.join("out.o");
 
     let user = UserMaps::from_args(&spec.args);
@@ -117,6 +127,14 @@ pub fn agent_command(spec: &TaskSpec, compiler: &Path, scratch: &Path) -> Result
         cwd_str,
         original_cwd: spec.cwd.clone(),
     })
+}
+
+/// Whether the last level-setting `-g` flag asks for macro information (level 3).
+fn macro_debug(args: &[String]) -> bool {
+    let level = args.iter().rev().find(|a| {
+        a.starts_with("-g") && a[2..].chars().last().is_some_and(|c| c.is_ascii_digit()) && !a.starts_with("-gdwarf")
+    });
+    level.is_some_and(|a| a.ends_with('3'))
 }
 
 /// Lexically resolves `.` and `..` (the scratch tree has no symlinks).
@@ -246,6 +264,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), AgentSetupError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

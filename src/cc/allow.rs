@@ -189,6 +189,7 @@ fn check_input_path(p: &str) -> Result<(), RefusedArg> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -367,6 +367,7 @@ fn scan_wp(arg: &str, list: &str, s: &mut Scan) -> Result<(), LocalReason> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -121,6 +121,7 @@ pub fn replace_extension(name: &str, ext: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

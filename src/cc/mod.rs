@@ -35,6 +35,7 @@ pub mod preprocessed;
 pub mod resolve;
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod e2e_tests;
 
 use std::ffi::OsStr;
@@ -135,6 +136,7 @@ pub enum LocalReason {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -135,14 +135,23 @@ fn plan(
         return Err(LocalReason::OutputExtension(output_name));
     }
 
+    if family == Family::Clang && s.deps_wp {
+        return Err(LocalReason::Option {
+            arg: "-Wp,-MD".to_owned(),
+            why: "clang names its target after -o, which -E lacks",
+        });
+    }
+    if family == Family::Clang && s.debug {
+        return Err(LocalReason::Option {
+            arg: "-g".to_owned(),
+            why: "clang's debug info records checksums of the source files, which the rewritten text cannot match",
+        });
+    }
     let preprocess_args = preprocess_args(family, &s);
     let mut remote = s.remote;
     remote.extend(s.remote_wp_macros);
-    let spec = TaskSpec {
-        args: remote,
-        input_path: input.clone(),
-        cwd: if s.debug { Some(cwd.to_str().ok_or(LocalReason::NotUtf8)?.to_owned()) } else { None },
-    };
+    let spec =
+        TaskSpec { args: remote, input_path: input.clone(), cwd: if s.debug { Some(cwd_string(cwd)?) } else { None } };
     Ok(RemotePlan { family, preprocess_args, spec, input: cwd.join(&input), output: cwd.join(output_name), language })
 }
 
@@ -171,6 +180,16 @@ fn preprocess_args(family: Family, s: &Scan) -> Vec<OsString> {
     a
 }
 
+/// The working directory as gcc records it (`getcwd`: no trailing slash).
+fn cwd_string(cwd: &Path) -> Result<String, LocalReason> {
+    let s = cwd.to_str().ok_or(LocalReason::NotUtf8)?;
+    let trimmed = s.trim_end_matches('/');
+    if !s.starts_with('/') {
+        return Err(LocalReason::InputPath(s.to_owned(), "working directory is not absolute"));
+    }
+    Ok(if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() })
+}
+
 /// An input path the agent can recreate under the same name (the agent's
 /// own rule, [`super::allow`]).
 fn check_input_path(input: &str) -> Result<(), LocalReason> {
@@ -181,6 +200,7 @@ fn check_input_path(input: &str) -> Result<(), LocalReason> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -80,6 +80,7 @@ pub fn map_args(user: &UserMaps, pairs: &[(&str, &str)]) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -256,6 +256,7 @@ pub fn shadow_files(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -81,6 +81,7 @@ pub fn resolve_compiler(name: &OsStr, path_var: Option<&OsStr>, self_exe: &Path)
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
