@@ -111,8 +111,7 @@ pub use factors::{capacity_of, Factors, Meter, Reading};
 pub use fair::{fair_remote_limits, remote_total};
 pub use law::{fill_target, Overload, Reason, Step};
 
-/// The most tokens any agent may have.
-pub const MAX_TOKENS: u32 = 1000;
+pub use super::tokens::MAX_TOKENS;
 
 /// The control law's knobs. Values are fractions unless named otherwise.
 #[derive(Debug, Clone, PartialEq)]
