@@ -1,0 +1,150 @@
+//! A session of arbitrary operations on the scheduler core — submits,
+//! cancels, agent results (right, wrong and repeated), agents and consumerds
+//! leaving and coming back, limits moving, toolchains changing — then every
+//! agent finishes what it holds. Checked: no panic; every task answered
+//! at most once, and exactly once unless it was cancelled or its consumerd
+//! left; no token held and no task waiting at the end; no token given back
+//! twice (the core debug-asserts it, and fuzz builds keep debug assertions).
+#![no_main]
+
+use std::collections::{HashMap, HashSet};
+
+use ccroute::scheduler::{AgentSession, AnswerKind, Config, ConsumerdSession, Dispatch, Job, PeerInfo, Scheduler, TaskId};
+use ccroute_wire::{Lang, Toolchain, ToolchainKind};
+use libfuzzer_sys::fuzz_target;
+
+struct J;
+
+impl Job for J {
+    type Task = u64;
+    type Answer = bool;
+    fn classify(ok: &bool) -> AnswerKind {
+        if *ok {
+            AnswerKind::Success
+        } else {
+            AnswerKind::Failed
+        }
+    }
+}
+
+fn tc(i: u8) -> Toolchain {
+    Toolchain {
+        kind: ToolchainKind::Gnu,
+        lang: Lang::C,
+        compiler: format!("cc{}", i % 2),
+        target: "t".into(),
+        version: "1".into(),
+        pic_default: false,
+        pie_default: false,
+        binary_hash: [0; 32],
+    }
+}
+
+fn peer(n: u128) -> PeerInfo {
+    PeerInfo { node_id: n, host_name: String::new() }
+}
+
+struct Cd {
+    session: ConsumerdSession<J>,
+    open: HashSet<u64>,
+    answered: HashMap<u64, u32>,
+}
+
+struct Agent {
+    session: AgentSession<J>,
+    held: Vec<TaskId>,
+}
+
+fn drain(cd: &mut Cd) {
+    while let Some(a) = cd.session.poll_answer() {
+        *cd.answered.entry(a.client_id).or_default() += 1;
+        assert!(cd.open.remove(&a.client_id), "answer for a task not open: {}", a.client_id);
+    }
+}
+
+fn poll(agent: &mut Agent) {
+    while let Some(d) = agent.session.poll() {
+        if let Dispatch::Assign(t) = d {
+            agent.held.push(t.id());
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8 });
+    let both = [tc(0), tc(1)];
+    let mut cds: Vec<Cd> = (0..2)
+        .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: HashSet::new(), answered: HashMap::new() })
+        .collect();
+    let mut agents: Vec<Agent> =
+        (0..3).map(|i| Agent { session: s.connect_agent(peer(i), &both[..(i as usize % 2) + 1], 2), held: vec![] }).collect();
+    let mut next_id = 0u64;
+    for op in data.chunks(2) {
+        let (a, b) = (op[0], op.get(1).copied().unwrap_or(0));
+        let ci = usize::from(b % 2);
+        let ai = usize::from(b % 3);
+        match a % 9 {
+            0 => {
+                let id = next_id;
+                next_id += 1;
+                if cds[ci].session.submit(id, tc(b / 3).key(), id).is_ok() {
+                    cds[ci].open.insert(id);
+                }
+            }
+            1 => {
+                if let Some(&id) = cds[ci].open.iter().nth(usize::from(b / 2) % cds[ci].open.len().max(1)) {
+                    assert!(cds[ci].session.cancel(id));
+                    cds[ci].open.remove(&id);
+                }
+            }
+            2 => poll(&mut agents[ai]),
+            3 => {
+                let agent = &mut agents[ai];
+                if !agent.held.is_empty() {
+                    let t = agent.held.swap_remove(usize::from(b) % agent.held.len());
+                    agent.session.complete(t, b & 8 == 0).expect("a held task completes");
+                    assert!(agent.session.complete(t, true).is_err(), "answered twice");
+                }
+            }
+            4 => {
+                let limit = u32::from(b / 3 % 4);
+                agents[ai] = Agent { session: s.connect_agent(peer(u128::from(b)), &both, limit), held: vec![] };
+            }
+            5 => {
+                let fresh = s.connect_consumerd(peer(200 + u128::from(b)), &both);
+                cds[ci] = Cd { session: fresh, open: HashSet::new(), answered: HashMap::new() };
+            }
+            6 => {
+                s.set_agent_limit(agents[ai].session.id(), u32::from(b / 3));
+            }
+            7 => {
+                let pick: Vec<Toolchain> = both.iter().enumerate().filter(|(i, _)| b >> (i + 2) & 1 == 1).map(|(_, t)| t.clone()).collect();
+                agents[ai].session.set_toolchains(&pick);
+            }
+            _ => drain(&mut cds[ci]),
+        }
+    }
+    // Every agent finishes what it holds, until nothing moves.
+    loop {
+        let mut moved = false;
+        for agent in agents.iter_mut() {
+            poll(agent);
+            while let Some(t) = agent.held.pop() {
+                agent.session.complete(t, true).expect("complete");
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    for cd in cds.iter_mut() {
+        drain(cd);
+        assert!(cd.answered.values().all(|&n| n == 1), "an answer delivered twice");
+        assert!(cd.open.is_empty(), "tasks never answered: {:?}", cd.open);
+    }
+    for a in s.agents() {
+        assert_eq!(a.tokens_in_use, 0, "token leaked: {a:?}");
+    }
+    assert!(s.routes().iter().all(|r| r.queued == 0), "tasks left waiting");
+});
