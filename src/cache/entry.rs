@@ -225,7 +225,7 @@ pub(crate) mod tests {
     fn round_trips_a_compressed_object() {
         let raw = b"\x7fELF object bytes ".repeat(200);
         let (wire, payload) = compress(&raw);
-        assert_eq!(payload.compression, Compression::Lz4);
+        assert_eq!(payload.compression, Compression::Zstd);
         let r = CachedResult { payload, object: Bytes::from(wire), ..sample(1, 0) };
         let bytes = r.encode(&key(1));
         assert_eq!(bytes.len(), r.encode_head(&key(1)).len() + r.object.len());

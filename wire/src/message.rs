@@ -70,8 +70,8 @@ impl Message {
 pub enum Compression {
     /// Raw bytes.
     None,
-    /// LZ4 block format, uncompressed size known from [`PayloadInfo::raw_len`].
-    Lz4,
+    /// zstd, uncompressed size known from [`PayloadInfo::raw_len`].
+    Zstd,
 }
 
 /// Describes the payload that follows a header.
