@@ -27,7 +27,7 @@ use super::stats::{AgentCounters, ConsumerdCounters};
 use super::task::{Phase, State, Task};
 use super::tokens::{clamp_limit, TokenPool};
 use super::{AgentId, AnswerKind, ConsumerdId, Core, Job, RouteError, TaskId};
-use crate::sync::{yield_now, Arc, AtomicU32, AtomicU64, Ordering, Snapshot};
+use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 
 /// Samples kept per agent between two optimizer ticks; the oldest is dropped
 /// when the ring is full.
@@ -60,6 +60,9 @@ pub(crate) struct AgentEntry<J: Job> {
     pub(crate) counters: AgentCounters,
     /// CPU samples for the optimizer thread (a bounded lock-free ring).
     pub(crate) samples: crossbeam_queue::ArrayQueue<CpuSample>,
+    /// Set when a placement took its last free token; the optimizer reads
+    /// and clears it once per interval ("all tokens were taken").
+    pub(crate) full_seen: AtomicBool,
 }
 
 /// A connected consumerd.
@@ -73,6 +76,9 @@ pub(crate) struct ConsumerdEntry<J: Job> {
     pub(crate) in_flight: AtomicU64,
     /// Its preferred remote limit, set by the optimizer.
     pub(crate) remote_limit: AtomicU32,
+    /// What it last said it wants remote (`u32::MAX`: it never said; the
+    /// optimizer then uses its tasks in flight).
+    pub(crate) demand: AtomicU32,
 }
 
 /// A task's answer, for its consumerd.
@@ -252,6 +258,7 @@ impl<J: Job> AgentSession<J> {
             routes: Snapshot::new(Vec::new()),
             counters: AgentCounters::default(),
             samples: crossbeam_queue::ArrayQueue::new(SAMPLE_RING),
+            full_seen: AtomicBool::new(false),
         });
         core.agents.insert(id, entry.clone());
         let mut session = AgentSession { core: core.clone(), entry, outstanding: FxHashMap::default() };
@@ -457,6 +464,7 @@ impl<J: Job> ConsumerdSession<J> {
             counters: ConsumerdCounters::default(),
             in_flight: AtomicU64::new(0),
             remote_limit: AtomicU32::new(0),
+            demand: AtomicU32::new(u32::MAX),
         });
         core.consumerds.insert(id, entry.clone());
         let mut session = ConsumerdSession {
@@ -563,6 +571,11 @@ impl<J: Job> ConsumerdSession<J> {
     /// Tasks submitted and not yet answered or cancelled.
     pub fn in_flight(&self) -> usize {
         self.tasks.len()
+    }
+
+    /// Records how many tasks the consumerd wants remote now.
+    pub fn set_demand(&self, wanted: u32) {
+        self.entry.demand.store(wanted.min(u32::MAX - 1), Ordering::Relaxed);
     }
 
     /// The preferred remote limit the optimizer gives this consumerd.

@@ -61,6 +61,25 @@ pub enum AnswerKind {
     Failed,
 }
 
+/// One agent as the optimizer sees it, from [`Scheduler::agent_loads`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentLoad {
+    /// The agent.
+    pub id: AgentId,
+    /// CPU samples since the last call, oldest first.
+    pub samples: Vec<ccroute_wire::CpuSample>,
+    /// Its token limit.
+    pub limit: u32,
+    /// The most it allows.
+    pub max_limit: u32,
+    /// Tokens held now.
+    pub tokens_in_use: u32,
+    /// Whether all its tokens were taken at some point since the last call.
+    pub all_taken: bool,
+    /// Whether tasks waited on its routes since the last call.
+    pub tasks_waited: bool,
+}
+
 /// The scheduler's id for a connected agent (never reused while it runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(pub u32);
@@ -284,13 +303,57 @@ impl<J: Job> Scheduler<J> {
         Some(applied)
     }
 
-    /// Drains the CPU samples an agent sent since the last call.
-    pub fn take_samples(&self, agent: AgentId, out: &mut Vec<ccroute_wire::CpuSample>) {
-        if let Some(entry) = self.core.agents.get(&agent) {
-            while let Some(s) = entry.samples.pop() {
-                out.push(s);
-            }
-        }
+    /// What the optimizer needs of every connected agent since its last
+    /// call: the samples (drained from each agent's ring), whether all its
+    /// tokens were taken and whether tasks waited on its routes (both read
+    /// and cleared), and its limits now.
+    pub fn agent_loads(&self) -> Vec<AgentLoad> {
+        let mut out: Vec<AgentLoad> = self
+            .core
+            .agents
+            .values()
+            .into_iter()
+            .map(|a| {
+                let mut samples = Vec::with_capacity(a.samples.len());
+                while let Some(s) = a.samples.pop() {
+                    samples.push(s);
+                }
+                let (in_use, limit, _) = a.tokens.load();
+                let routes = a.routes.load();
+                // Every route is looked at (and cleared), not just until one says yes.
+                let waited = routes.iter().fold(false, |any, r| r.waited.swap(false, Ordering::Relaxed) | any)
+                    || routes.iter().any(|r| r.queued() > 0);
+                AgentLoad {
+                    id: a.id,
+                    samples,
+                    limit,
+                    max_limit: a.max_limit.load(Ordering::Relaxed),
+                    tokens_in_use: in_use,
+                    all_taken: a.full_seen.swap(false, Ordering::Relaxed) || in_use >= limit,
+                    tasks_waited: waited,
+                }
+            })
+            .collect();
+        out.sort_by_key(|a| a.id);
+        out
+    }
+
+    /// What each connected consumerd wants remote: what it last said, or
+    /// its tasks in flight if it never said.
+    pub fn consumerd_demands(&self) -> Vec<(ConsumerdId, u32)> {
+        let mut out: Vec<(ConsumerdId, u32)> = self
+            .core
+            .consumerds
+            .values()
+            .into_iter()
+            .map(|c| {
+                let said = c.demand.load(Ordering::Relaxed);
+                let wanted = if said == u32::MAX { c.in_flight.load(Ordering::Relaxed) as u32 } else { said };
+                (c.id, wanted)
+            })
+            .collect();
+        out.sort_by_key(|c| c.0);
+        out
     }
 
     /// Sets a consumerd's preferred remote limit.

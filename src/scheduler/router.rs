@@ -59,6 +59,8 @@ pub(crate) struct Route<J: Job> {
     cursor: AtomicUsize,
     /// Rotating start of the agent window for large routes.
     window: AtomicUsize,
+    /// Set when a task had to wait; the optimizer reads and clears it.
+    pub(crate) waited: AtomicBool,
 }
 
 /// One consumerd's waiting tasks on one route.
@@ -82,6 +84,7 @@ impl<J: Job> Route<J> {
             queued: CachePadded::new(AtomicUsize::new(0)),
             cursor: AtomicUsize::new(0),
             window: AtomicUsize::new(0),
+            waited: AtomicBool::new(false),
         }
     }
 
@@ -146,8 +149,11 @@ impl<J: Job> Route<J> {
                 }
             }
             match best {
-                Some((idx, _, _)) => {
+                Some((idx, in_use, limit)) => {
                     if agents[idx].tokens.try_acquire() {
+                        if in_use + 1 >= limit {
+                            agents[idx].full_seen.store(true, Ordering::Relaxed);
+                        }
                         return Some(&agents[idx]);
                     }
                     // Lost the token to another placement: look again.
@@ -290,6 +296,9 @@ impl<J: Job> Core<J> {
         let lane = task.lane.clone();
         lane.queue.push(task);
         route.queued.fetch_add(1, Ordering::SeqCst);
+        if !route.waited.load(Ordering::Relaxed) {
+            route.waited.store(true, Ordering::Relaxed);
+        }
         // Pairs with the fence in `dispatch`/`serve_routes_of` (token given
         // back, agent gone) and in `detach_lane` (lane detached).
         fence(Ordering::SeqCst);

@@ -33,6 +33,9 @@ pub enum Message {
     UsageLimit(UsageLimit),
     /// scheduler → consumerd: how many tasks it may have remote at once.
     PreferredRemoteLimit(PreferredRemoteLimit),
+    /// consumerd → scheduler: how many tasks it would send remote now if it
+    /// could (in flight plus waiting for a remote slot).
+    Demand(Demand),
     /// admin → scheduler.
     Query(Query),
     /// scheduler → admin.
@@ -59,6 +62,7 @@ impl Message {
             Message::CpuSample(_) => "cpu sample",
             Message::UsageLimit(_) => "usage limit",
             Message::PreferredRemoteLimit(_) => "preferred remote limit",
+            Message::Demand(_) => "demand",
             Message::Query(_) => "query",
             Message::Reply(_) => "reply",
         }
@@ -294,6 +298,13 @@ pub struct UsageLimit {
 pub struct PreferredRemoteLimit {
     /// Tasks at once (0: send nothing remote).
     pub limit: u32,
+}
+
+/// How many tasks a consumerd wants remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demand {
+    /// In flight plus waiting for a remote slot.
+    pub wanted: u32,
 }
 
 /// An admin question.

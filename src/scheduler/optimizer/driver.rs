@@ -1,0 +1,250 @@
+//! The optimizer thread: a plain `std::thread` that, once per interval,
+//! drains every agent's ring of CPU samples, runs one [`Optimizer::tick`],
+//! and applies what comes back — each agent's token limit, each consumerd's
+//! preferred remote limit — keeping the last decision per agent for status
+//! pages.
+//!
+//! It touches the core only through [`Scheduler`]'s methods: the rings are
+//! lock-free (`ArrayQueue`), limits are atomics, and the decisions it keeps
+//! sit behind a mutex that only it writes, once per interval, and status
+//! pages read. Nothing here is on the task hot path.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{AgentInput, Optimizer, Params, TickInput};
+use crate::scheduler::{AgentId, ConsumerdId, Job, Scheduler};
+
+/// How the optimizer thread runs.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Time between ticks (agents sample every second).
+    pub interval: Duration,
+    /// The control law's knobs.
+    pub params: Params,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig { interval: Duration::from_secs(1), params: Params::default() }
+    }
+}
+
+/// The optimizer's last word on one agent, for `ccroute status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionView {
+    /// The limit it set.
+    pub limit: u32,
+    /// Why, as a sentence.
+    pub reason: String,
+    /// CPU use against capacity over the last interval.
+    pub cpu_use: Option<f64>,
+    /// Fraction of enforcement periods throttled over the last interval.
+    pub throttled: Option<f64>,
+    /// PSI pressure over the last interval.
+    pub pressure: Option<f64>,
+}
+
+/// Where the cache hit ratio comes from (0..1).
+pub type HitRatio = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+struct Shared {
+    stop: AtomicBool,
+    decisions: Mutex<HashMap<AgentId, DecisionView>>,
+}
+
+/// The running optimizer thread; dropping it stops the thread.
+pub struct OptimizerThread {
+    shared: Arc<Shared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for OptimizerThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OptimizerThread").finish_non_exhaustive()
+    }
+}
+
+impl OptimizerThread {
+    /// Starts the thread.
+    ///
+    /// # Errors
+    /// When the OS refuses a thread.
+    pub fn spawn<J: Job>(scheduler: Scheduler<J>, config: DriverConfig, hit_ratio: HitRatio) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared { stop: AtomicBool::new(false), decisions: Mutex::new(HashMap::new()) });
+        let thread_shared = shared.clone();
+        let handle = std::thread::Builder::new().name("ccroute-optimizer".into()).spawn(move || {
+            let mut tuner = Tuner::new(config.params);
+            while !thread_shared.stop.load(Ordering::Acquire) {
+                std::thread::park_timeout(config.interval);
+                if thread_shared.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let decisions = tuner.tick(&scheduler, hit_ratio());
+                match thread_shared.decisions.lock() {
+                    Ok(mut d) => *d = decisions,
+                    Err(poisoned) => *poisoned.into_inner() = decisions,
+                }
+            }
+        })?;
+        Ok(OptimizerThread { shared, handle: Some(handle) })
+    }
+
+    /// The last decision per agent.
+    pub fn decisions(&self) -> HashMap<AgentId, DecisionView> {
+        match self.shared.decisions.lock() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+impl Drop for OptimizerThread {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}
+
+/// One optimizer over one scheduler: what the thread runs each interval.
+/// Public so that tests can step it without a thread or a clock.
+pub struct Tuner {
+    optimizer: Optimizer<AgentId>,
+}
+
+impl std::fmt::Debug for Tuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tuner").field("agents", &self.optimizer.agent_count()).finish()
+    }
+}
+
+impl Tuner {
+    /// A tuner with these knobs.
+    pub fn new(params: Params) -> Self {
+        Tuner { optimizer: Optimizer::new(params) }
+    }
+
+    /// One interval: read every agent and consumerd, decide, apply.
+    pub fn tick<J: Job>(&mut self, scheduler: &Scheduler<J>, hit_ratio: f64) -> HashMap<AgentId, DecisionView> {
+        let loads = scheduler.agent_loads();
+        let inputs: Vec<AgentInput<'_, AgentId>> = loads
+            .iter()
+            .map(|l| AgentInput {
+                agent: l.id,
+                samples: &l.samples,
+                limit: l.limit,
+                max_limit: l.max_limit,
+                tokens_in_use: l.tokens_in_use,
+                tokens_all_taken: l.all_taken,
+                tasks_waiting: l.tasks_waited,
+            })
+            .collect();
+        let demands: Vec<(ConsumerdId, u32)> = scheduler.consumerd_demands();
+        let wanted: Vec<u32> = demands.iter().map(|d| d.1).collect();
+        let out = self.optimizer.tick(&TickInput {
+            agents: &inputs,
+            consumerd_demand: &wanted,
+            cache_hit_ratio: hit_ratio.clamp(0.0, 1.0),
+        });
+        let mut views = HashMap::with_capacity(out.agents.len());
+        for d in &out.agents {
+            if d.limit != d.previous {
+                tracing::info!(agent = ?d.agent, from = d.previous, to = d.limit, reason = %d.reason, "token limit");
+            }
+            let applied = scheduler.set_agent_limit(d.agent, d.limit).unwrap_or(d.limit);
+            views.insert(
+                d.agent,
+                DecisionView {
+                    limit: applied,
+                    reason: d.reason.to_string(),
+                    cpu_use: d.factors.as_ref().map(|f| f.cpu_use),
+                    throttled: d.factors.as_ref().map(|f| f.throttled),
+                    pressure: d.factors.as_ref().and_then(|f| f.pressure),
+                },
+            );
+        }
+        for ((consumerd, _), limit) in demands.iter().zip(&out.remote_limits) {
+            scheduler.set_remote_limit(*consumerd, *limit);
+        }
+        views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ccroute_wire::CpuSample;
+
+    use super::*;
+    use crate::scheduler::tests::{peer, tc, TestJob};
+    use crate::scheduler::Config;
+
+    /// One second of an agent limited to one CPU with `running` compiles that
+    /// each want a whole CPU: all of its periods throttled.
+    fn overloaded(second: u64, running: u32) -> CpuSample {
+        let excess = u64::from(running.saturating_sub(1));
+        CpuSample {
+            wall_ns: second * 1_000_000_000,
+            usage_ns: second * 1_000_000_000,
+            quota_us: Some(100_000),
+            period_us: 100_000,
+            nr_periods: second * 10,
+            nr_throttled: second * 10,
+            throttled_ns: second * excess * 1_000_000_000,
+            pressure_some_us: None,
+            online_cpus: 16,
+            tasks_running: running,
+        }
+    }
+
+    #[test]
+    fn an_overloaded_agent_is_brought_down_and_consumerds_share_the_cluster() {
+        let s: Scheduler<TestJob> = Scheduler::new(Config::default());
+        let agent = s.connect_agent(peer(1), &[tc("gcc")], 8);
+        let a = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let b = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        a.set_demand(100);
+        b.set_demand(100);
+        let mut tuner = Tuner::new(Params::default());
+        let mut second = 0;
+        for _ in 0..6 {
+            for _ in 0..2 {
+                second += 1;
+                agent.push_sample(overloaded(second, agent.token_limit()));
+            }
+            // Busy: every token taken.
+            s.core.agents.get(&agent.id()).unwrap().full_seen.store(true, Ordering::Relaxed);
+            tuner.tick(&s, 0.0);
+        }
+        let limit = agent.token_limit();
+        assert!(limit <= 2, "one CPU, compiles of one CPU each: the limit should come down near 1, got {limit}");
+        let views = tuner.tick(&s, 0.0);
+        assert!(views[&agent.id()].reason.len() > 3);
+        assert_eq!(a.remote_limit(), b.remote_limit(), "equal backlogs, equal shares");
+        assert!(a.remote_limit() >= 1);
+    }
+
+    #[test]
+    fn the_thread_ticks_and_stops_on_drop() {
+        let s: Scheduler<TestJob> = Scheduler::new(Config::default());
+        let agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+        let thread = OptimizerThread::spawn(
+            s.clone(),
+            DriverConfig { interval: Duration::from_millis(5), ..DriverConfig::default() },
+            Arc::new(|| 0.0),
+        )
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while thread.decisions().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no tick in 10 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(thread.decisions().contains_key(&agent.id()));
+        drop(thread);
+    }
+}
