@@ -12,6 +12,8 @@
 //! a task submitted by one thread may run on an agent another thread owns,
 //! so the threads really share routes, tokens and outboxes.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;

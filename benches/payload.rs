@@ -6,6 +6,8 @@
 //! `cargo bench --bench payload`. Under `cargo test` it checks that the
 //! round trips are lossless on a small input.
 
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 use std::time::Instant;
 
