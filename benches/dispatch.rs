@@ -12,7 +12,7 @@
 //! a task submitted by one thread may run on an agent another thread owns,
 //! so the threads really share routes, tokens and outboxes.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::needless_range_loop)]
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -21,6 +21,7 @@
 //! whatever the [`Job`] says; timeouts belong to the callers.
 
 pub mod broker;
+pub mod budget;
 pub mod hooks;
 pub mod optimizer;
 pub mod outbox;
