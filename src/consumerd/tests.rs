@@ -77,8 +77,18 @@ struct Running {
 
 impl Running {
     fn start(socket: &Path, local_slots: u32, remote: Arc<dyn Remote>) -> Running {
+        Self::start_with(socket, local_slots, remote, |_| {})
+    }
+
+    fn start_with(
+        socket: &Path,
+        local_slots: u32,
+        remote: Arc<dyn Remote>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Running {
         let mut config = Config::new(SocketPath::explicit(socket));
         config.local_slots = local_slots;
+        tweak(&mut config);
         let consumerd = Consumerd::bind(config).unwrap();
         let stats = consumerd.stats();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -292,6 +302,38 @@ fn abandoned_and_failed_remote_compiles_wait_for_a_local_slot() {
     let s = running.stats.snapshot();
     assert_eq!((s.local, s.remote, s.fallbacks), (1, 0, 2), "{s:?}");
     assert!(s.peak_local <= 1);
+}
+
+#[test]
+fn a_remote_compile_without_an_answer_falls_back_after_the_timeout() {
+    let dir = project(&[("w.c", WARN_C)]);
+    let socket = dir.path().join("consumerd.sock");
+    let mark = dir.path().join("reached-remote");
+    let remote = Arc::new(GccRemote { window: watch::Sender::new(1), calls: AtomicUsize::new(0), hang: Some(mark) });
+    let running = Running::start_with(&socket, 1, remote.clone(), |c| c.remote_timeout = Duration::from_millis(200));
+    let slot = hold_local_slot(&socket);
+    let w = wrapped(dir.path(), &socket, "gcc", "w").spawn().unwrap();
+    running.wait_for("the timed-out compile to wait for a local slot", |s| s.waiting == 1 && s.remote_running == 0);
+    drop(slot);
+    assert_eq!(outcome(w.wait_with_output().unwrap(), dir.path(), "w"), plain_gcc(dir.path(), "w"));
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 1);
+    let s = running.stats.snapshot();
+    assert_eq!((s.remote, s.fallbacks), (0, 1), "{s:?}");
+}
+
+#[test]
+fn a_window_that_opens_sends_waiting_compiles_remote() {
+    let dir = project(&[("w.c", WARN_C)]);
+    let socket = dir.path().join("consumerd.sock");
+    let remote = GccRemote::new(0);
+    let running = Running::start(&socket, 1, remote.clone());
+    let _slot = hold_local_slot(&socket);
+    let w = wrapped(dir.path(), &socket, "gcc", "w").spawn().unwrap();
+    running.wait_for("a waiting compile", |s| s.waiting == 1);
+    remote.window.send_replace(1);
+    assert_eq!(outcome(w.wait_with_output().unwrap(), dir.path(), "w"), plain_gcc(dir.path(), "w"));
+    assert_eq!(running.stats.snapshot().remote, 1);
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 1);
 }
 
 /// Not a test of its own: the entry point of a consumerd child, started by

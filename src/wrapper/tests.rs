@@ -144,14 +144,24 @@ pub(crate) fn wrapped(dir: &Path, socket: &Path, compiler: &str, stem: &str) -> 
 #[test]
 fn without_a_consumerd_or_a_way_to_start_one_the_compile_is_local_and_identical() {
     let dir = project(&[("w.c", WARN_C), ("bad.c", BAD_C)]);
-    // The socket's directory would be inside a regular file: nothing can be created there.
     std::fs::write(dir.path().join("file"), "").unwrap();
-    let socket = dir.path().join("file/sub/consumerd.sock");
-    for stem in ["w", "bad"] {
-        let expected = plain_gcc(dir.path(), stem);
-        let out = wrapped(dir.path(), &socket, "gcc", stem).env(CHILD_STARTER_ENV, "1").output().unwrap();
-        let got = outcome(out, dir.path(), stem);
-        assert_eq!(got, expected, "{stem}");
+    // A socket under a regular file cannot even be tried; one in sysfs can be
+    // tried, but its directory cannot be created (not even by root).
+    let under_file = dir.path().join("file/sub/consumerd.sock");
+    let in_sysfs = PathBuf::from(format!("/sys/ccroute-test-{}/consumerd.sock", std::process::id()));
+    for (socket, why) in [(&under_file, "cannot connect to"), (&in_sysfs, "cannot create socket directory")] {
+        for stem in ["w", "bad"] {
+            let expected = plain_gcc(dir.path(), stem);
+            let out = wrapped(dir.path(), socket, "gcc", stem).env(CHILD_STARTER_ENV, "1").output().unwrap();
+            let got = outcome(out, dir.path(), stem);
+            assert_eq!(got, expected, "{stem}");
+        }
+        // Asked to, it says why it compiled locally.
+        let out =
+            wrapped(dir.path(), socket, "gcc", "w").env(VERBOSE_ENV, "1").env(CHILD_STARTER_ENV, "1").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with(&format!("ccroute: local ({why}")), "{stderr}");
+        assert_eq!(out.status.code(), Some(0));
     }
     assert!(plain_gcc(dir.path(), "w").object.is_some());
     assert_eq!(plain_gcc(dir.path(), "bad").status, Some(1));
