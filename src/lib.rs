@@ -11,5 +11,8 @@
 pub mod agent;
 pub mod cache;
 pub mod cc;
+#[cfg(feature = "daemon")]
+pub mod consumerd;
 pub mod scheduler;
 pub mod sync;
+pub mod wrapper;

@@ -19,6 +19,7 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod local;
 pub mod message;
 pub mod payload;
 pub mod toolchain;

@@ -1,0 +1,352 @@
+//! The tokio side of the consumerd's local half: one task that owns every
+//! connection's state, the [`Slots`], and the remote compiles in flight.
+//!
+//! Per connection: `Job` → waits in line → `RunLocally` (holds a local slot
+//! until the connection closes) or `Preprocess` (holds a remote slot; the
+//! compiler's identity is looked up meanwhile) → `Source` → remote compile →
+//! `Compiled`. `Abandon`, a failed identity lookup or a failed remote compile
+//! give the remote slot back and wait for a local one (`RunLocally`). A
+//! connection that closes gives up whatever it held and cancels its remote
+//! compile. Anything out of order closes the connection; its wrapper then
+//! compiles locally.
+//!
+//! Main item: [`Dispatcher`]. Left out: socket I/O ([`super::ipc`]).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccroute_wire::local::{CompiledHeader, CompiledParts, ConsumerdMsg, Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+use ccroute_wire::{TaskSpec, Toolchain};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinError, JoinSet};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::ipc::{ConnId, Inbound, IpcHandle, Outbound};
+use super::slots::{Grant, Slots, Want};
+use super::{Compiled, Config, Ended, Remote, RemoteJob, Stats};
+use crate::agent::toolchain::ToolchainCache;
+
+/// The outcome of background work for a connection.
+enum Done {
+    Toolchain(Result<Arc<Toolchain>, String>),
+    Remote(Result<Compiled, String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkKind {
+    Toolchain,
+    Remote,
+}
+
+enum Lookup {
+    Pending,
+    Ready(Arc<Toolchain>),
+    Failed(String),
+}
+
+enum State {
+    /// In line for a first grant.
+    Queued,
+    /// `RunLocally` sent: a local slot is held.
+    Local,
+    /// `Preprocess` sent: a remote slot is held; the wrapper preprocesses
+    /// while the compiler's identity is looked up.
+    Preprocessing { lookup: Lookup, source: Option<(Bytes, bool)> },
+    /// The remote compile runs: a remote slot is held.
+    Compiling { task: AbortHandle },
+    /// Back in line, for a local slot this time.
+    FallingBack { reason: String },
+    /// `Compiled` sent: nothing is held.
+    Answered,
+}
+
+struct Conn {
+    compiler: PathBuf,
+    spec: TaskSpec,
+    pid: u32,
+    state: State,
+}
+
+/// Owns the connections' states and drives them.
+pub(super) struct Dispatcher {
+    remote: Arc<dyn Remote>,
+    ipc: IpcHandle,
+    slots: Slots,
+    conns: HashMap<ConnId, Conn>,
+    toolchains: Arc<ToolchainCache>,
+    work: JoinSet<Done>,
+    work_owner: HashMap<tokio::task::Id, (ConnId, WorkKind)>,
+    stats: Arc<Stats>,
+    remote_timeout: Duration,
+}
+
+impl Dispatcher {
+    pub(super) fn new(config: &Config, remote: Arc<dyn Remote>, ipc: IpcHandle, stats: Arc<Stats>) -> Dispatcher {
+        Dispatcher {
+            remote,
+            ipc,
+            slots: Slots::new(config.local_slots, 0),
+            conns: HashMap::new(),
+            toolchains: Arc::new(ToolchainCache::new()),
+            work: JoinSet::new(),
+            work_owner: HashMap::new(),
+            stats,
+            remote_timeout: config.remote_timeout,
+        }
+    }
+
+    /// Serves until `shutdown`, idleness or the end of the socket thread.
+    pub(super) async fn run(
+        mut self,
+        inbound: flume::Receiver<(ConnId, Inbound)>,
+        mut window: watch::Receiver<u32>,
+        idle_exit: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) -> Ended {
+        tokio::pin!(shutdown);
+        self.slots.set_window(*window.borrow_and_update());
+        let mut window_open = true;
+        let mut idle_deadline = Instant::now() + idle_exit;
+        let ended = loop {
+            let idle = !idle_exit.is_zero() && self.conns.is_empty();
+            tokio::select! {
+                () = &mut shutdown => break Ended::Shutdown,
+                msg = inbound.recv_async() => match msg {
+                    Ok((conn, msg)) => {
+                        self.on_inbound(conn, msg);
+                        idle_deadline = Instant::now() + idle_exit;
+                    }
+                    Err(_) => break Ended::SocketClosed,
+                },
+                changed = window.changed(), if window_open => {
+                    let w = match changed {
+                        Ok(()) => *window.borrow_and_update(),
+                        Err(_) => {
+                            window_open = false;
+                            0
+                        }
+                    };
+                    debug!(window = w, "remote window changed");
+                    self.slots.set_window(w);
+                }
+                Some(done) = self.work.join_next_with_id(), if !self.work.is_empty() => self.on_done(done),
+                () = tokio::time::sleep_until(idle_deadline), if idle => break Ended::Idle,
+            }
+            self.pump();
+        };
+        // Dropping the work cancels remote compiles; dropping the handle
+        // closes every connection, and each wrapper compiles locally.
+        self.work.abort_all();
+        let ipc = self.ipc;
+        let _ = tokio::task::spawn_blocking(move || ipc.shutdown()).await;
+        ended
+    }
+
+    fn on_inbound(&mut self, id: ConnId, msg: Inbound) {
+        let frame = match msg {
+            Inbound::Closed => return self.forget(id),
+            Inbound::Message(frame) => frame,
+        };
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return match frame.message {
+                WrapperMsg::Job(job) => self.on_job(id, job),
+                other => self.violation(id, &format!("{} before a job", name(&other))),
+            };
+        };
+        match (frame.message, &mut conn.state) {
+            (WrapperMsg::Abandon { reason }, State::Preprocessing { .. }) => {
+                debug!(conn = %id, pid = conn.pid, %reason, "wrapper abandoned remote");
+                self.fall_back(id, reason);
+            }
+            (WrapperMsg::Source(header), State::Preprocessing { source, .. }) if source.is_none() => {
+                *source = Some((frame.payload, header.cacheable));
+                self.try_compile(id);
+            }
+            (other, _) => self.violation(id, &format!("unexpected {}", name(&other))),
+        }
+    }
+
+    fn on_job(&mut self, id: ConnId, job: Job) {
+        let compiler = PathBuf::from(OsStr::from_bytes(&job.compiler));
+        let want = if job.version != LOCAL_PROTOCOL_VERSION {
+            warn!(conn = %id, wrapper = job.version, consumerd = LOCAL_PROTOCOL_VERSION, "wrapper speaks another protocol version; compiling locally");
+            Want::LocalOnly
+        } else if !compiler.is_absolute() {
+            Want::LocalOnly
+        } else {
+            Want::Any
+        };
+        debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
+        self.conns.insert(id, Conn { compiler, spec: job.spec, pid: job.pid, state: State::Queued });
+        self.slots.request(id, want);
+    }
+
+    /// Hands out every slot that can be handed out.
+    fn pump(&mut self) {
+        let mut grants = Vec::new();
+        self.slots.grant(&mut grants);
+        for (id, grant) in grants {
+            let Some(conn) = self.conns.get_mut(&id) else {
+                // Cannot happen: a connection leaves the slots when it is forgotten.
+                self.slots.release(id);
+                continue;
+            };
+            match grant {
+                Grant::Local => {
+                    let reason = match std::mem::replace(&mut conn.state, State::Local) {
+                        State::FallingBack { reason } => {
+                            bump(&self.stats.fallbacks);
+                            reason
+                        }
+                        _ => {
+                            bump(&self.stats.local);
+                            "a local slot is free".to_owned()
+                        }
+                    };
+                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason }, vec![]));
+                }
+                Grant::Remote => {
+                    conn.state = State::Preprocessing { lookup: Lookup::Pending, source: None };
+                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::Preprocess, vec![]));
+                    let cache = self.toolchains.clone();
+                    let compiler = conn.compiler.clone();
+                    let task = self.work.spawn_blocking(move || {
+                        Done::Toolchain(cache.get(&compiler).map_err(|e| format!("compiler identity: {e}")))
+                    });
+                    self.work_owner.insert(task.id(), (id, WorkKind::Toolchain));
+                }
+            }
+        }
+        self.publish();
+    }
+
+    /// Starts the remote compile once both the text and the identity are there.
+    fn try_compile(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        let State::Preprocessing { lookup, source } = &mut conn.state else { return };
+        let toolchain = match lookup {
+            Lookup::Pending => return,
+            Lookup::Failed(reason) => {
+                let reason = std::mem::take(reason);
+                return self.fall_back(id, reason);
+            }
+            Lookup::Ready(t) => t.clone(),
+        };
+        let Some((text, cacheable)) = source.take() else { return };
+        let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, spec: conn.spec.clone(), text, cacheable };
+        let compile = self.remote.compile(job);
+        let limit = self.remote_timeout;
+        let task = self.work.spawn(async move {
+            let result = match tokio::time::timeout(limit, compile).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no remote result within {limit:?}")),
+            };
+            Done::Remote(result)
+        });
+        self.work_owner.insert(task.id(), (id, WorkKind::Remote));
+        conn.state = State::Compiling { task };
+    }
+
+    fn on_done(&mut self, done: Result<(tokio::task::Id, Done), JoinError>) {
+        let (task, done) = match done {
+            Ok((task, done)) => (task, Ok(done)),
+            Err(e) => (e.id(), Err(e)),
+        };
+        let Some((id, kind)) = self.work_owner.remove(&task) else { return };
+        let done = match done {
+            Ok(d) => d,
+            Err(e) if e.is_cancelled() => return,
+            Err(e) => {
+                warn!(conn = %id, error = %e, "background work failed");
+                match kind {
+                    WorkKind::Toolchain => Done::Toolchain(Err("the compiler identity lookup failed".into())),
+                    WorkKind::Remote => Done::Remote(Err("the remote compile failed".into())),
+                }
+            }
+        };
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        match (done, &mut conn.state) {
+            (Done::Toolchain(result), State::Preprocessing { lookup, .. }) => {
+                *lookup = match result {
+                    Ok(t) => Lookup::Ready(t),
+                    Err(reason) => Lookup::Failed(reason),
+                };
+                self.try_compile(id);
+            }
+            (Done::Remote(Ok(compiled)), State::Compiling { .. }) => {
+                conn.state = State::Answered;
+                self.slots.finish_remote(id);
+                bump(&self.stats.remote);
+                let parts = CompiledParts { stdout: compiled.stdout, stderr: compiled.stderr, object: compiled.object };
+                let header = CompiledHeader::of(compiled.exit_status, &parts);
+                debug!(conn = %id, pid = conn.pid, status = compiled.exit_status, "remote result");
+                let payload = vec![parts.stdout, parts.stderr, parts.object];
+                self.ipc.send(id, Outbound::Message(ConsumerdMsg::Compiled(header), payload));
+            }
+            (Done::Remote(Err(reason)), State::Compiling { .. }) => {
+                debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
+                self.fall_back(id, reason);
+            }
+            // A result for a state that moved on (e.g. an abandoned job's lookup).
+            _ => {}
+        }
+    }
+
+    /// Gives the remote slot back and waits for a local one.
+    fn fall_back(&mut self, id: ConnId, reason: String) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.state = State::FallingBack { reason };
+            self.slots.fall_back(id);
+        }
+    }
+
+    fn violation(&mut self, id: ConnId, what: &str) {
+        warn!(conn = %id, what, "protocol violation; closing the connection");
+        self.ipc.send(id, Outbound::Close);
+        self.forget(id);
+    }
+
+    /// The connection is gone: release its slot and cancel its work.
+    fn forget(&mut self, id: ConnId) {
+        if let Some(conn) = self.conns.remove(&id) {
+            if let State::Compiling { task } = conn.state {
+                task.abort();
+            }
+            debug!(conn = %id, pid = conn.pid, "connection closed");
+        }
+        self.slots.release(id);
+    }
+
+    fn publish(&self) {
+        let n = self.slots.counts();
+        // Relaxed: display counters written by this task alone.
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        set(&self.stats.in_flight, self.conns.len() as u64);
+        set(&self.stats.local_running, u64::from(n.local_used));
+        set(&self.stats.remote_running, u64::from(n.remote_used));
+        set(&self.stats.waiting, n.waiting as u64);
+        self.stats.peak_local.fetch_max(u64::from(n.local_used), Ordering::Relaxed);
+        self.stats.peak_remote.fetch_max(u64::from(n.remote_used), Ordering::Relaxed);
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    // Relaxed: a display counter.
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn name(msg: &WrapperMsg) -> &'static str {
+    match msg {
+        WrapperMsg::Job(_) => "job",
+        WrapperMsg::Abandon { .. } => "abandon",
+        WrapperMsg::Source(_) => "source",
+    }
+}

@@ -1,0 +1,271 @@
+//! The consumerd: one per developer machine or CI runner, started on demand
+//! by the wrapper. Its local side arbitrates: each wrapper connection gets a
+//! local slot (compile here) or a slot of the remote window (preprocess here,
+//! compile on the farm), in arrival order; the wrappers do all file work.
+//!
+//! - [`ipc`]: the Unix-socket server (mio, its own thread).
+//! - [`slots`]: the arbitration, a plain state machine.
+//! - `dispatch`: the tokio task that connects the two with the [`Remote`].
+//! - [`Remote`]: the boundary to the scheduler side; [`NoRemote`] for a
+//!   consumerd without a scheduler (window 0: everything local).
+//!
+//! Main items: [`Config`], [`Consumerd`] (bind, then serve), [`run`],
+//! [`Remote`], [`RemoteJob`], [`Compiled`], [`Stats`]. Left out: the
+//! scheduler link (a [`Remote`] implementation) and the command line.
+
+mod dispatch;
+pub mod ipc;
+pub mod slots;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccroute_wire::{TaskSpec, Toolchain};
+use tokio::sync::watch;
+
+use crate::wrapper::socket::SocketPath;
+use ipc::IpcError;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// How long a consumerd a wrapper started waits without connections before it exits.
+pub const SPAWNED_IDLE_EXIT: Duration = Duration::from_secs(600);
+
+/// A compile the local side hands to the remote side.
+#[derive(Debug, Clone)]
+pub struct RemoteJob {
+    /// The compiler the wrapper resolved (absolute).
+    pub compiler: PathBuf,
+    /// Its identity ([`crate::agent::toolchain::ToolchainCache`]).
+    pub toolchain: Arc<Toolchain>,
+    /// What the agent compiles with.
+    pub spec: TaskSpec,
+    /// The preprocessed text.
+    pub text: Bytes,
+    /// The result may be cached (no `__DATE__`/`__TIME__`).
+    pub cacheable: bool,
+}
+
+/// A remote compile's outcome, success or compile error alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// The compiler's exit status.
+    pub exit_status: i32,
+    /// Its standard output.
+    pub stdout: Bytes,
+    /// Its standard error (warnings included), as a local compile would print it.
+    pub stderr: Bytes,
+    /// The object (empty unless `exit_status` is 0).
+    pub object: Bytes,
+}
+
+/// The remote side of a consumerd, as its local side sees it.
+pub trait Remote: Send + Sync + 'static {
+    /// Compiles remotely; `Err(reason)` means "run it locally". Dropping the
+    /// future means the result is no longer wanted (the wrapper went away).
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, String>>;
+
+    /// The current remote window (the scheduler's preferred remote limit).
+    /// Changes are watched; a shrink applies to new grants. A closed channel
+    /// counts as a window of 0.
+    fn window(&self) -> watch::Receiver<u32>;
+}
+
+/// No scheduler: the window stays 0 and every compile runs locally.
+#[derive(Debug)]
+pub struct NoRemote {
+    window: watch::Sender<u32>,
+}
+
+impl NoRemote {
+    /// A remote side that never takes anything.
+    pub fn new() -> NoRemote {
+        NoRemote { window: watch::Sender::new(0) }
+    }
+}
+
+impl Default for NoRemote {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Remote for NoRemote {
+    fn compile(&self, _job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
+        Box::pin(async { Err("no scheduler".to_owned()) })
+    }
+
+    fn window(&self) -> watch::Receiver<u32> {
+        self.window.subscribe()
+    }
+}
+
+/// The local side's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen.
+    pub socket: SocketPath,
+    /// Local slots: compiles run on this machine at once (at least 1).
+    pub local_slots: u32,
+    /// Exit after this long without connections; zero: never.
+    pub idle_exit: Duration,
+    /// Wrapper connections open at once; past it a connection is closed at
+    /// once and its wrapper compiles locally.
+    pub max_connections: usize,
+    /// A remote compile that takes longer falls back to a local one.
+    pub remote_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults: a local slot per available CPU, no idle exit, 4096
+    /// connections, a 10-minute remote timeout.
+    pub fn new(socket: SocketPath) -> Config {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Config {
+            socket,
+            local_slots: u32::try_from(cpus).unwrap_or(u32::MAX),
+            idle_exit: Duration::ZERO,
+            max_connections: 4096,
+            remote_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Why the consumerd could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerdError {
+    /// The socket could not be set up.
+    #[error(transparent)]
+    Ipc(#[from] IpcError),
+}
+
+/// Why [`Consumerd::serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The shutdown future completed.
+    Shutdown,
+    /// No connections for the configured idle time.
+    Idle,
+    /// The socket thread stopped.
+    SocketClosed,
+}
+
+/// Counters of the local side. One writer (the dispatcher); readers may see
+/// them a moment late, never torn.
+#[derive(Debug, Default)]
+pub struct Stats {
+    local: AtomicU64,
+    remote: AtomicU64,
+    fallbacks: AtomicU64,
+    in_flight: AtomicU64,
+    local_running: AtomicU64,
+    remote_running: AtomicU64,
+    waiting: AtomicU64,
+    peak_local: AtomicU64,
+    peak_remote: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatsSnapshot {
+    /// Compiles told to run locally at once (no remote attempt).
+    pub local: u64,
+    /// Compiles answered with a remote result.
+    pub remote: u64,
+    /// Compiles that tried remote and then ran locally.
+    pub fallbacks: u64,
+    /// Wrapper connections with a job.
+    pub in_flight: u64,
+    /// Local slots held now.
+    pub local_running: u64,
+    /// Remote slots held now.
+    pub remote_running: u64,
+    /// Jobs waiting for a slot now.
+    pub waiting: u64,
+    /// Most local slots ever held at once.
+    pub peak_local: u64,
+    /// Most remote slots ever held at once.
+    pub peak_remote: u64,
+}
+
+impl Stats {
+    /// The counters now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        // Relaxed: counters for display; nothing is synchronized through them.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            local: get(&self.local),
+            remote: get(&self.remote),
+            fallbacks: get(&self.fallbacks),
+            in_flight: get(&self.in_flight),
+            local_running: get(&self.local_running),
+            remote_running: get(&self.remote_running),
+            waiting: get(&self.waiting),
+            peak_local: get(&self.peak_local),
+            peak_remote: get(&self.peak_remote),
+        }
+    }
+}
+
+/// A bound consumerd, ready to serve.
+#[derive(Debug)]
+pub struct Consumerd {
+    config: Config,
+    ipc: ipc::IpcHandle,
+    inbound: flume::Receiver<(ipc::ConnId, ipc::Inbound)>,
+    stats: Arc<Stats>,
+}
+
+impl Consumerd {
+    /// Binds the socket and starts the socket thread; wrappers may connect
+    /// as soon as this returns (they wait until [`Self::serve`] answers).
+    ///
+    /// # Errors
+    /// [`ConsumerdError::Ipc`], e.g. "a consumerd is already running at PATH".
+    pub fn bind(config: Config) -> Result<Consumerd, ConsumerdError> {
+        let bound = ipc::bind(&config.socket)?;
+        let (ipc, inbound) = ipc::spawn(bound, config.max_connections)?;
+        Ok(Consumerd { config, ipc, inbound, stats: Arc::default() })
+    }
+
+    /// The socket it listens on.
+    pub fn socket_path(&self) -> &Path {
+        &self.config.socket.path
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Serves wrappers until `shutdown` completes or it has been idle for
+    /// [`Config::idle_exit`]. Remote compiles in flight are dropped and their
+    /// wrappers compile locally.
+    pub async fn serve(self, remote: Arc<dyn Remote>, shutdown: impl Future<Output = ()>) -> Ended {
+        let Consumerd { config, ipc, inbound, stats } = self;
+        let dispatcher = dispatch::Dispatcher::new(&config, remote.clone(), ipc, stats);
+        dispatcher.run(inbound, remote.window(), config.idle_exit, shutdown).await
+    }
+}
+
+/// Binds and serves (see [`Consumerd::bind`] and [`Consumerd::serve`]).
+///
+/// # Errors
+/// As [`Consumerd::bind`].
+pub async fn run(
+    config: Config,
+    remote: Arc<dyn Remote>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Ended, ConsumerdError> {
+    Ok(Consumerd::bind(config)?.serve(remote, shutdown).await)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

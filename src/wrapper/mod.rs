@@ -1,0 +1,226 @@
+//! The wrapper: the short process a build runs for every compile
+//! (`ccroute gcc -c a.c -o a.o`, a compiler launcher, or a masquerade
+//! symlink named like the compiler).
+//!
+//! It does all the local file work itself — the local compile, the
+//! preprocess run with its dependency files, writing the remote object — so
+//! ownership, umask, working directory and environment are those of a plain
+//! local compile; the consumerd only arbitrates slots and talks to the
+//! scheduler. Anything going wrong with the consumerd means a local compile:
+//! a build never fails because of ccroute.
+//!
+//! ```text
+//! resolve compiler → classify ── Local ──▶ exec the compiler
+//!                        └─ Remote ─▶ connect (start a consumerd if none) ─▶ Job
+//!                              RunLocally ─▶ compile here, holding the slot
+//!                              Preprocess ─▶ preprocess ─▶ Source ─▶ Compiled ─▶ write object, print, exit
+//!                                                └─▶ Abandon ─▶ RunLocally ─▶ compile here
+//! ```
+//!
+//! Main items: [`main`] (entry from the command line), [`run`], [`Config`];
+//! [`socket`] (socket path, directory rules, starting a consumerd),
+//! [`session`] (the framed connection), [`process`] (running and writing).
+//! Std only and synchronous: it starts for every compile. Left out: the
+//! consumerd (`crate::consumerd`).
+
+pub mod process;
+pub mod session;
+pub mod socket;
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use ccroute_wire::local::{ConsumerdMsg, Job, SourceHeader, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+
+use crate::cc::{classify, resolve_compiler, Classification, Family, RemotePlan, ResolveError};
+use process::{exec_compiler, preprocess, run_compiler, write_object, NOT_FOUND};
+use session::Session;
+use socket::{SocketPath, Starter};
+
+/// Set to print, on stderr, why each compile ran where it did.
+pub const VERBOSE_ENV: &str = "CCROUTE_VERBOSE";
+
+/// What a wrapper needs besides its arguments.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The consumerd's socket.
+    pub socket: SocketPath,
+    /// How to start a consumerd when none answers; `None`: never start one.
+    pub starter: Option<Starter>,
+    /// The running executable, which compiler resolution must skip.
+    pub self_exe: PathBuf,
+    /// `PATH`, to look compilers up in.
+    pub path_var: Option<OsString>,
+    /// Print why each compile ran where it did.
+    pub verbose: bool,
+}
+
+impl Config {
+    /// The configuration from this process's environment.
+    pub fn from_env() -> Config {
+        let self_exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ccroute"));
+        Config {
+            socket: SocketPath::from_env(),
+            starter: Starter::this_executable(),
+            self_exe,
+            path_var: std::env::var_os("PATH"),
+            verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty()),
+        }
+    }
+}
+
+/// Entry point: `args[0]` is the compiler as named (`gcc`, `/usr/bin/cc`, or
+/// the name a masquerade symlink was run as), the rest its arguments.
+/// Returns the exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    run(&Config::from_env(), &args)
+}
+
+/// Runs one compiler invocation (see [`main`]) with `config`.
+pub fn run(config: &Config, args: &[OsString]) -> i32 {
+    let Some((name, args)) = args.split_first() else {
+        eprintln!("ccroute: no compiler given");
+        return 2;
+    };
+    let compiler = match resolve(config, name) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ccroute: {e}");
+            return NOT_FOUND;
+        }
+    };
+    let Ok(cwd) = std::env::current_dir() else {
+        return exec_compiler(&compiler, args);
+    };
+    match classify(Family::of_compiler(&compiler), args, &cwd, |k| std::env::var_os(k)) {
+        Classification::Local(reason) => {
+            config.note(format_args!("local ({reason})"));
+            exec_compiler(&compiler, args)
+        }
+        Classification::Remote(plan) => Wrapper { config, compiler: &compiler, args, plan: &plan, cwd: &cwd }.go(),
+    }
+}
+
+/// Resolves the compiler. A path that turns out to be ccroute is a
+/// masquerade symlink run by its path: the compiler is its name, further down `PATH`.
+fn resolve(config: &Config, name: &OsStr) -> Result<PathBuf, ResolveError> {
+    match resolve_compiler(name, config.path_var.as_deref(), &config.self_exe) {
+        Err(ResolveError::IsSelf { path }) => match path.file_name() {
+            Some(base) => resolve_compiler(base, config.path_var.as_deref(), &config.self_exe),
+            None => Err(ResolveError::IsSelf { path }),
+        },
+        r => r,
+    }
+}
+
+impl Config {
+    fn note(&self, what: std::fmt::Arguments<'_>) {
+        if self.verbose {
+            eprintln!("ccroute: {what}");
+        }
+    }
+}
+
+/// One remote-capable compile.
+struct Wrapper<'a> {
+    config: &'a Config,
+    compiler: &'a Path,
+    args: &'a [OsString],
+    plan: &'a RemotePlan,
+    cwd: &'a Path,
+}
+
+/// What the conversation with the consumerd decided.
+enum Outcome {
+    /// Compile here. With a session, it holds a local slot until the compile ends.
+    Local(Option<Session>, String),
+    /// The remote compile is done; exit with this code.
+    Done(i32),
+}
+
+impl Wrapper<'_> {
+    fn go(&self) -> i32 {
+        match self.converse() {
+            Outcome::Done(code) => code,
+            Outcome::Local(slot, why) => {
+                self.config.note(format_args!("local ({why})"));
+                let code = run_compiler(self.compiler, self.args);
+                drop(slot);
+                code
+            }
+        }
+    }
+
+    fn converse(&self) -> Outcome {
+        let stream = match socket::connect(&self.config.socket, self.config.starter.as_ref()) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Local(None, e.to_string()),
+        };
+        let mut session = Session::new(stream);
+        let job = Job {
+            version: LOCAL_PROTOCOL_VERSION,
+            compiler: self.compiler.as_os_str().as_encoded_bytes().to_vec(),
+            spec: self.plan.spec.clone(),
+            pid: std::process::id(),
+        };
+        if let Err(e) = session.send(&WrapperMsg::Job(job), b"") {
+            return Outcome::Local(None, e.to_string());
+        }
+        // What the preprocessor printed, shown only with a remote result.
+        let mut pre_stderr = None;
+        loop {
+            let frame = match session.recv() {
+                Ok(f) => f,
+                Err(e) => return Outcome::Local(None, e.to_string()),
+            };
+            match (frame.message, pre_stderr.is_some()) {
+                (ConsumerdMsg::RunLocally { reason }, _) => return Outcome::Local(Some(session), reason),
+                (ConsumerdMsg::Preprocess, false) => match preprocess(self.compiler, self.plan, self.cwd) {
+                    Ok(ready) => {
+                        let header = SourceHeader { cacheable: ready.cacheable, len: ready.text.len() as u64 };
+                        if let Err(e) = session.send(&WrapperMsg::Source(header), &ready.text) {
+                            return Outcome::Local(None, e.to_string());
+                        }
+                        pre_stderr = Some(ready.stderr);
+                    }
+                    Err(reason) => {
+                        // Wait for a local slot, as any other local compile does.
+                        if let Err(e) = session.send(&WrapperMsg::Abandon { reason }, b"") {
+                            return Outcome::Local(None, e.to_string());
+                        }
+                    }
+                },
+                (ConsumerdMsg::Compiled(header), true) => {
+                    let Some(parts) = header.split(frame.payload) else {
+                        return Outcome::Local(None, "compiled payload does not match its header".to_owned());
+                    };
+                    let ok = header.exit_status == 0;
+                    if !(0..=255).contains(&header.exit_status) || (ok && parts.object.is_empty()) {
+                        return Outcome::Local(None, format!("remote exit status {}", header.exit_status));
+                    }
+                    if ok {
+                        if let Err(e) = write_object(&self.plan.output, &parts.object) {
+                            // The local compile reports the problem in the compiler's own words.
+                            return Outcome::Local(None, format!("cannot write {}: {e}", self.plan.output.display()));
+                        }
+                    }
+                    print(&parts.stdout, pre_stderr.as_deref().unwrap_or_default(), &parts.stderr);
+                    return Outcome::Done(header.exit_status);
+                }
+                (other, _) => return Outcome::Local(None, format!("unexpected {other:?} from the consumerd")),
+            }
+        }
+    }
+}
+
+fn print(stdout: &[u8], pre_stderr: &[u8], stderr: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(stdout).and_then(|()| out.flush());
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(pre_stderr).and_then(|()| err.write_all(stderr)).and_then(|()| err.flush());
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests;

@@ -1,0 +1,374 @@
+//! The local protocol between a wrapper (one short process per compile) and
+//! its consumerd, over a Unix socket: one connection per compile.
+//!
+//! ```text
+//! wrapper                                consumerd
+//!   Job ───────────────────────────────▶
+//!       ◀──────────────── RunLocally      a local slot: compile here, keep the
+//!                                         connection open; closing it frees the slot
+//!       ◀──────────────── Preprocess      a remote slot: preprocess here, then
+//!   Source + text ─────────────────────▶    either send the text
+//!   Abandon ───────────────────────────▶    or give up on remote (→ RunLocally later)
+//!       ◀──────────────── Compiled + out  write the object, print, exit
+//!       ◀──────────────── RunLocally      the remote compile failed: compile here
+//! ```
+//!
+//! Every wrapper message waits for its answer before the next one is sent,
+//! so a consumerd holds at most one unanswered message per connection.
+//!
+//! Frames are laid out as in [`crate::frame`] — `len:u32 LE ‖ header ‖
+//! payload` — with bounded, bincode-encoded headers and raw payloads, so the
+//! preprocessed text and the object travel without being re-encoded.
+//!
+//! Main items: [`WrapperMsg`], [`ConsumerdMsg`], [`encode_local`],
+//! [`LocalDecoder`], and the limits each side enforces ([`WRAPPER_LIMITS`],
+//! [`CONSUMERD_LIMITS`]). Left out: sockets and processes (the wrapper and the
+//! consumerd own them).
+
+use std::marker::PhantomData;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::error::DecodeError;
+use crate::frame::{Limits, LEN_PREFIX};
+use crate::message::TaskSpec;
+
+/// Version of this protocol, carried by every [`Job`]: a wrapper and a
+/// consumerd from different builds notice it instead of misreading each other.
+pub const LOCAL_PROTOCOL_VERSION: u32 = 1;
+
+/// What a consumerd accepts from a wrapper: small headers, preprocessed text
+/// up to 256 MiB.
+pub const WRAPPER_LIMITS: Limits = Limits { max_header: 1 << 20, max_payload: 256 << 20 };
+
+/// What a wrapper accepts from a consumerd: objects and diagnostics up to 1 GiB.
+pub const CONSUMERD_LIMITS: Limits = Limits { max_header: 64 << 10, max_payload: 1 << 30 };
+
+/// The most a decoder reserves ahead of the bytes it has.
+const RESERVE_AHEAD: usize = 4 << 20;
+
+/// A message from the wrapper.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WrapperMsg {
+    /// Opens the connection: a compile that may go remote.
+    Job(Job),
+    /// Answers [`ConsumerdMsg::Preprocess`]: this compile cannot go remote
+    /// after all (why); the wrapper now waits for a local slot.
+    Abandon {
+        /// For the consumerd's log.
+        reason: String,
+    },
+    /// Answers [`ConsumerdMsg::Preprocess`]: the preprocessed text follows.
+    Source(SourceHeader),
+}
+
+/// A compile that may go remote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// [`LOCAL_PROTOCOL_VERSION`] of the wrapper.
+    pub version: u32,
+    /// The real compiler, an absolute path as OS bytes.
+    pub compiler: Vec<u8>,
+    /// What an agent compiles with.
+    pub spec: TaskSpec,
+    /// The wrapper's process id, for logs.
+    pub pid: u32,
+}
+
+/// The header of the preprocessed text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceHeader {
+    /// The object does not depend on when it was compiled (no `__DATE__`,
+    /// `__TIME__`): the result may be cached.
+    pub cacheable: bool,
+    /// Bytes of text that follow.
+    pub len: u64,
+}
+
+/// A message from the consumerd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsumerdMsg {
+    /// Compile locally now: a local slot is held for this connection until it closes.
+    RunLocally {
+        /// Why it is not (or no longer) remote, for logs.
+        reason: String,
+    },
+    /// A remote slot is held: preprocess and answer with `Source` or `Abandon`.
+    Preprocess,
+    /// The remote compile's outcome; stdout, stderr and object follow.
+    Compiled(CompiledHeader),
+}
+
+/// The header of a remote compile's outcome. The payload is stdout, then
+/// stderr, then the object, back to back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledHeader {
+    /// The compiler's exit status.
+    pub exit_status: i32,
+    /// Bytes of stdout.
+    pub stdout_len: u64,
+    /// Bytes of stderr.
+    pub stderr_len: u64,
+    /// Bytes of object (0 when the compile failed).
+    pub object_len: u64,
+}
+
+/// stdout, stderr and object of a [`CompiledHeader`]'s payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledParts {
+    /// The compiler's standard output.
+    pub stdout: Bytes,
+    /// The compiler's standard error.
+    pub stderr: Bytes,
+    /// The object file.
+    pub object: Bytes,
+}
+
+impl CompiledHeader {
+    /// The header for these parts.
+    pub fn of(exit_status: i32, parts: &CompiledParts) -> CompiledHeader {
+        CompiledHeader {
+            exit_status,
+            stdout_len: parts.stdout.len() as u64,
+            stderr_len: parts.stderr.len() as u64,
+            object_len: parts.object.len() as u64,
+        }
+    }
+
+    /// Total payload bytes; saturates, so that an absurd header fails the limit check.
+    pub fn payload_len(&self) -> u64 {
+        self.stdout_len.saturating_add(self.stderr_len).saturating_add(self.object_len)
+    }
+
+    /// Cuts a payload of [`Self::payload_len`] bytes into its parts; `None`
+    /// when its length does not match.
+    pub fn split(&self, mut payload: Bytes) -> Option<CompiledParts> {
+        if payload.len() as u64 != self.payload_len() {
+            return None;
+        }
+        let stdout = payload.split_to(usize::try_from(self.stdout_len).ok()?);
+        let stderr = payload.split_to(usize::try_from(self.stderr_len).ok()?);
+        Some(CompiledParts { stdout, stderr, object: payload })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::WrapperMsg {}
+    impl Sealed for super::ConsumerdMsg {}
+}
+
+/// A message of the local protocol: [`WrapperMsg`] or [`ConsumerdMsg`].
+pub trait LocalMessage: Serialize + DeserializeOwned + sealed::Sealed {
+    /// What it is, for decode errors.
+    const WHAT: &'static str;
+    /// Bytes of payload that follow its header.
+    fn payload_len(&self) -> u64;
+}
+
+impl LocalMessage for WrapperMsg {
+    const WHAT: &'static str = "wrapper message";
+    fn payload_len(&self) -> u64 {
+        match self {
+            WrapperMsg::Source(s) => s.len,
+            WrapperMsg::Job(_) | WrapperMsg::Abandon { .. } => 0,
+        }
+    }
+}
+
+impl LocalMessage for ConsumerdMsg {
+    const WHAT: &'static str = "consumerd message";
+    fn payload_len(&self) -> u64 {
+        match self {
+            ConsumerdMsg::Compiled(c) => c.payload_len(),
+            ConsumerdMsg::RunLocally { .. } | ConsumerdMsg::Preprocess => 0,
+        }
+    }
+}
+
+/// Appends `msg` as a length-prefixed header frame; its payload (if any) is
+/// written by the caller right after, so it need not be copied here.
+pub fn encode_local_header<M: LocalMessage>(msg: &M, out: &mut BytesMut) {
+    let start = out.len();
+    out.put_u32_le(0);
+    codec::encode_value(msg, out);
+    let len = (out.len() - start - LEN_PREFIX) as u32;
+    out[start..start + LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Appends a whole frame: header and payload.
+///
+/// # Panics
+/// In debug builds, when `payload` is not as long as the header declares.
+pub fn encode_local<M: LocalMessage>(msg: &M, payload: &[u8], out: &mut BytesMut) {
+    debug_assert_eq!(msg.payload_len(), payload.len() as u64, "payload length must match its header");
+    encode_local_header(msg, out);
+    out.extend_from_slice(payload);
+}
+
+/// One decoded frame of the local protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalFrame<M> {
+    /// The header.
+    pub message: M,
+    /// The bytes that followed it.
+    pub payload: Bytes,
+}
+
+/// Incremental decoder for one direction of one connection.
+#[derive(Debug)]
+pub struct LocalDecoder<M> {
+    limits: Limits,
+    /// A header whose payload has not fully arrived yet.
+    pending: Option<(M, usize)>,
+    _kind: PhantomData<fn() -> M>,
+}
+
+impl<M: LocalMessage> LocalDecoder<M> {
+    /// A decoder with these limits.
+    pub fn new(limits: Limits) -> Self {
+        LocalDecoder { limits, pending: None, _kind: PhantomData }
+    }
+
+    /// Whether a header was decoded whose payload is still arriving.
+    pub fn is_mid_frame(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Takes the next whole frame off the front of `buf`; `Ok(None)` means
+    /// "need more bytes".
+    ///
+    /// # Errors
+    /// Any [`DecodeError`]: the connection is unusable after one.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<LocalFrame<M>>, DecodeError> {
+        if self.pending.is_none() {
+            let Some(message) = self.decode_header(buf)? else {
+                return Ok(None);
+            };
+            // decode_header checked the length against the limit, which fits usize.
+            let len = usize::try_from(message.payload_len()).unwrap_or(usize::MAX);
+            self.pending = Some((message, len));
+        }
+        let len = match &self.pending {
+            Some((_, len)) => *len,
+            None => return Ok(None),
+        };
+        if buf.len() < len {
+            // Memory follows the bytes that arrive, not the length a peer claims.
+            buf.reserve((len - buf.len()).min(RESERVE_AHEAD));
+            return Ok(None);
+        }
+        match self.pending.take() {
+            Some((message, len)) => Ok(Some(LocalFrame { message, payload: buf.split_to(len).freeze() })),
+            None => Ok(None),
+        }
+    }
+
+    fn decode_header(&mut self, buf: &mut BytesMut) -> Result<Option<M>, DecodeError> {
+        if buf.len() < LEN_PREFIX {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        if len > self.limits.max_header {
+            return Err(DecodeError::FrameTooLarge { len: u64::from(len), max: u64::from(self.limits.max_header) });
+        }
+        let len = len as usize;
+        if buf.len() < LEN_PREFIX + len {
+            buf.reserve(LEN_PREFIX + len - buf.len());
+            return Ok(None);
+        }
+        let message: M = codec::decode_value(&buf[LEN_PREFIX..LEN_PREFIX + len], M::WHAT)?;
+        let payload = message.payload_len();
+        if payload > self.limits.max_payload {
+            return Err(DecodeError::PayloadTooLarge { len: payload, max: self.limits.max_payload });
+        }
+        buf.advance(LEN_PREFIX + len);
+        Ok(Some(message))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn job() -> WrapperMsg {
+        WrapperMsg::Job(Job {
+            version: LOCAL_PROTOCOL_VERSION,
+            compiler: b"/usr/bin/gcc".to_vec(),
+            spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None },
+            pid: 42,
+        })
+    }
+
+    #[test]
+    fn a_session_decodes_byte_by_byte() {
+        let mut wire = BytesMut::new();
+        encode_local(&job(), b"", &mut wire);
+        encode_local(&WrapperMsg::Source(SourceHeader { cacheable: true, len: 5 }), b"int x", &mut wire);
+        encode_local(&WrapperMsg::Abandon { reason: "pragma".into() }, b"", &mut wire);
+        let mut dec = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS);
+        let mut buf = BytesMut::new();
+        let mut out = vec![];
+        for b in wire.iter() {
+            buf.put_u8(*b);
+            while let Some(f) = dec.decode(&mut buf).unwrap() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].message, job());
+        assert_eq!(&out[1].payload[..], b"int x");
+        assert_eq!(out[2].message, WrapperMsg::Abandon { reason: "pragma".into() });
+        assert!(buf.is_empty() && !dec.is_mid_frame());
+    }
+
+    #[test]
+    fn compiled_parts_round_trip() {
+        let parts = CompiledParts {
+            stdout: Bytes::from_static(b"out"),
+            stderr: Bytes::from_static(b"warning: x\n"),
+            object: Bytes::from_static(b"\x7fELF...."),
+        };
+        let header = CompiledHeader::of(0, &parts);
+        let mut wire = BytesMut::new();
+        let payload = [&parts.stdout[..], &parts.stderr[..], &parts.object[..]].concat();
+        encode_local(&ConsumerdMsg::Compiled(header), &payload, &mut wire);
+        let f = LocalDecoder::<ConsumerdMsg>::new(CONSUMERD_LIMITS).decode(&mut wire).unwrap().unwrap();
+        let ConsumerdMsg::Compiled(h) = f.message else { panic!("{:?}", f.message) };
+        assert_eq!(h.split(f.payload).unwrap(), parts);
+        assert_eq!(h.split(Bytes::from_static(b"short")), None);
+    }
+
+    #[test]
+    fn oversized_frames_and_payloads_are_refused_before_allocation() {
+        let mut buf = BytesMut::new();
+        buf.put_u32_le(WRAPPER_LIMITS.max_header + 1);
+        let err = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS).decode(&mut buf).unwrap_err();
+        assert_eq!(err.to_string(), "frame of 1048577 bytes exceeds limit 1048576");
+
+        let mut buf = BytesMut::new();
+        encode_local_header(&WrapperMsg::Source(SourceHeader { cacheable: false, len: u64::MAX }), &mut buf);
+        let err = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS).decode(&mut buf).unwrap_err();
+        assert_eq!(err, DecodeError::PayloadTooLarge { len: u64::MAX, max: 256 << 20 });
+
+        // Lengths that overflow when added still fail the limit.
+        let h = CompiledHeader { exit_status: 0, stdout_len: u64::MAX, stderr_len: 2, object_len: 3 };
+        let mut buf = BytesMut::new();
+        encode_local_header(&ConsumerdMsg::Compiled(h), &mut buf);
+        let err = LocalDecoder::<ConsumerdMsg>::new(CONSUMERD_LIMITS).decode(&mut buf).unwrap_err();
+        assert!(matches!(err, DecodeError::PayloadTooLarge { len: u64::MAX, .. }));
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        let mut buf = BytesMut::new();
+        buf.put_u32_le(4);
+        buf.put_slice(&[0xff, 0xff, 0xff, 0xff]);
+        let err = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS).decode(&mut buf).unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed { what: "wrapper message", .. }), "{err}");
+    }
+}
