@@ -11,6 +11,7 @@
 //! - [`toolchain`]: toolchain identity and its stable 128-bit key.
 //! - [`cache_key`]: result-cache keys over an unambiguous encoding.
 //! - [`payload`]: payload compression.
+//! - [`local`]: the wrapper ↔ consumerd protocol on the Unix socket.
 //! - `codec` (private details, public functions): the only module that knows
 //!   headers are bincode.
 
