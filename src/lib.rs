@@ -6,10 +6,13 @@
 //!   what an agent may run.
 //! - [`agent`]: toolchain discovery and the CPU sampler.
 //! - [`cache`]: the result cache's storage tiers.
+//! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - [`sync`]: std or loom primitives, by `cfg(ccroute_loom)`.
 
 pub mod agent;
 pub mod cache;
 pub mod cc;
+#[cfg(feature = "daemon")]
+pub mod net;
 pub mod scheduler;
 pub mod sync;
