@@ -6,6 +6,7 @@
 //!   what an agent may run.
 //! - [`agent`]: toolchain discovery and the CPU sampler.
 //! - [`cache`]: the result cache's storage tiers.
+//! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - [`sync`]: std or loom primitives, by `cfg(ccroute_loom)`.
 
 pub mod agent;
@@ -13,6 +14,8 @@ pub mod cache;
 pub mod cc;
 #[cfg(feature = "daemon")]
 pub mod consumerd;
+#[cfg(feature = "daemon")]
+pub mod net;
 pub mod scheduler;
 pub mod sync;
 pub mod wrapper;

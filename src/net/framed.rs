@@ -1,0 +1,479 @@
+//! Frames on QUIC streams.
+//!
+//! - [`FrameReader`]: frames off a [`RecvStream`], through the wire crate's
+//!   bounded [`FrameDecoder`], read in batches of chunks.
+//! - [`FrameWriter`]: a handle to a writer task that owns a [`SendStream`].
+//!   Callers queue frames; the task writes whatever is queued with one
+//!   `write_all_chunks` per batch (coalescing), and payloads go out as their
+//!   own `Bytes`, never copied into the header buffer.
+//! - [`send_on_new_stream`] / [`accept_frames`]: a payload larger than
+//!   [`INLINE_PAYLOAD_MAX`] travels on a uni stream of its own, one frame per
+//!   stream, so that it never holds up small messages on the long-lived
+//!   control stream.
+//!
+//! Left out: which messages a role may send (the sessions decide), and
+//! payload compression (`ccroute_wire::payload`).
+
+use std::fmt;
+use std::mem;
+use std::net::SocketAddr;
+
+use bytes::{Bytes, BytesMut};
+use ccroute_wire::{encode_header, Frame, FrameDecoder, Limits, Message};
+use quinn::{Connection, ConnectionError, RecvStream, SendStream};
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::error::{CloseReason, NetError};
+
+/// Payloads up to this size go inline on the control stream; larger ones on
+/// a stream of their own ([`send_on_new_stream`]).
+pub const INLINE_PAYLOAD_MAX: usize = 64 << 10;
+
+/// Chunks taken from quinn per read: one lock of the connection per batch.
+const READ_CHUNKS: usize = 32;
+
+/// Frames a writer task takes off its queue per write.
+const WRITE_BATCH: usize = 256;
+
+/// Settings of the framed streams of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// What a reader accepts.
+    pub limits: Limits,
+    /// Frames a writer queues before `send` waits (and `try_send` refuses).
+    pub writer_queue: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions { limits: Limits::DEFAULT, writer_queue: 1024 }
+    }
+}
+
+/// Reads frames off one stream.
+pub struct FrameReader {
+    recv: RecvStream,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    /// A decoded header whose payload (of this length) is still arriving.
+    pending: Option<(Message, usize)>,
+    chunks: Vec<Bytes>,
+    peer: SocketAddr,
+}
+
+impl fmt::Debug for FrameReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameReader")
+            .field("peer", &self.peer)
+            .field("stream", &self.recv.id())
+            .field("buffered", &self.buf.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FrameReader {
+    /// A reader of `recv`, whose frames come from `peer`.
+    pub fn new(recv: RecvStream, peer: SocketAddr, limits: Limits) -> Self {
+        Self::with_buffered(recv, peer, limits, BytesMut::new())
+    }
+
+    /// A reader that first decodes `buffered`, bytes already read off `recv`.
+    pub(crate) fn with_buffered(recv: RecvStream, peer: SocketAddr, limits: Limits, buffered: BytesMut) -> Self {
+        FrameReader {
+            recv,
+            decoder: FrameDecoder::new(limits),
+            buf: buffered,
+            pending: None,
+            chunks: vec![Bytes::new(); READ_CHUNKS],
+            peer,
+        }
+    }
+
+    /// The sender's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The next frame; `None` when the stream ended cleanly between frames.
+    ///
+    /// # Errors
+    /// [`NetError::Decode`] for a malformed or oversized frame (the stream is
+    /// then stopped: the sender's writes fail), [`NetError::EndedMidFrame`],
+    /// [`NetError::Reset`], [`NetError::ConnectionLost`]. The stream is
+    /// unusable after any error.
+    pub async fn next(&mut self) -> Result<Option<Frame>, NetError> {
+        loop {
+            match self.take() {
+                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(None) => {}
+                Err(source) => {
+                    let _ = self.recv.stop(CloseReason::ProtocolError.code());
+                    return Err(NetError::Decode { peer: self.peer, source });
+                }
+            }
+            match self.recv.read_chunks(&mut self.chunks).await {
+                Ok(Some(n)) => {
+                    for chunk in &mut self.chunks[..n] {
+                        self.buf.extend_from_slice(&mem::take(chunk));
+                    }
+                }
+                Ok(None) if self.pending.is_none() && self.buf.is_empty() => return Ok(None),
+                Ok(None) => return Err(NetError::EndedMidFrame { peer: self.peer, buffered: self.buf.len() }),
+                Err(e) => return Err(NetError::from_read(self.peer, e)),
+            }
+        }
+    }
+
+    /// Takes a whole frame off the buffer, if one is there.
+    fn take(&mut self) -> Result<Option<Frame>, ccroute_wire::DecodeError> {
+        let len = match &self.pending {
+            Some((_, len)) => *len,
+            None => match self.decoder.decode_header(&mut self.buf)? {
+                Some(message) => {
+                    // decode_header checked the length against the limit.
+                    let len = message.payload_len() as usize;
+                    self.pending = Some((message, len));
+                    len
+                }
+                None => return Ok(None),
+            },
+        };
+        if self.buf.len() < len {
+            // One allocation for the whole payload, not one per doubling.
+            self.buf.reserve(len - self.buf.len());
+            return Ok(None);
+        }
+        Ok(self.pending.take().map(|(message, len)| Frame { message, payload: self.buf.split_to(len).freeze() }))
+    }
+
+    /// Tells the sender we read no more of this stream.
+    pub fn stop(&mut self, reason: CloseReason) {
+        let _ = self.recv.stop(reason.code());
+    }
+}
+
+/// Something to write on a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    /// A message and its payload.
+    Frame {
+        /// The header.
+        message: Message,
+        /// Exactly `message.payload_len()` bytes.
+        payload: Bytes,
+    },
+    /// Bytes that already are whole frames (a relay forwarding a frame it did
+    /// not decode).
+    Encoded(Bytes),
+}
+
+enum Command {
+    Send(Outgoing),
+    Finish,
+}
+
+/// What became of a writer's stream.
+#[derive(Debug, Clone)]
+enum WriterState {
+    Open,
+    Finished,
+    Failed(quinn::WriteError),
+}
+
+/// A [`FrameWriter::try_send`] that could not queue its frame.
+#[derive(Debug, Error)]
+pub enum TrySendError {
+    /// The queue is full; here is the frame back.
+    #[error("the writer's queue is full")]
+    Full(Box<Outgoing>),
+    /// The stream is closed or failed.
+    #[error(transparent)]
+    Closed(NetError),
+}
+
+/// A handle to the task writing one stream. Clones share the stream.
+#[derive(Clone)]
+pub struct FrameWriter {
+    tx: mpsc::Sender<Command>,
+    state: watch::Receiver<WriterState>,
+    peer: SocketAddr,
+}
+
+impl fmt::Debug for FrameWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameWriter").field("peer", &self.peer).field("state", &*self.state.borrow()).finish()
+    }
+}
+
+impl FrameWriter {
+    /// Starts the task that writes `send`, with room for `queue` frames.
+    ///
+    /// The task is not tracked: it ends by itself when every handle is
+    /// dropped (finishing the stream), on [`FrameWriter::finish`], or when
+    /// the stream or its connection fails.
+    pub fn spawn(send: SendStream, peer: SocketAddr, queue: usize) -> FrameWriter {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let (state_tx, state) = watch::channel(WriterState::Open);
+        tokio::spawn(write_loop(send, rx, state_tx));
+        FrameWriter { tx, state, peer }
+    }
+
+    /// The receiver's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Queues a frame, waiting while the queue is full.
+    ///
+    /// # Errors
+    /// [`NetError::PayloadMismatch`] (nothing queued) or the stream's failure.
+    pub async fn send(&self, message: Message, payload: Bytes) -> Result<(), NetError> {
+        self.check(&message, &payload)?;
+        self.tx.send(Command::Send(Outgoing::Frame { message, payload })).await.map_err(|_| self.closed())
+    }
+
+    /// Queues bytes that are already whole frames, waiting while the queue
+    /// is full.
+    ///
+    /// # Errors
+    /// The stream's failure.
+    pub async fn send_encoded(&self, frames: Bytes) -> Result<(), NetError> {
+        self.tx.send(Command::Send(Outgoing::Encoded(frames))).await.map_err(|_| self.closed())
+    }
+
+    /// Queues a frame if there is room, without waiting.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] with the frame, or [`TrySendError::Closed`].
+    pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError> {
+        if let Outgoing::Frame { message, payload } = &out {
+            self.check(message, payload).map_err(TrySendError::Closed)?;
+        }
+        self.tx.try_send(Command::Send(out)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(Command::Send(out)) => TrySendError::Full(Box::new(out)),
+            _ => TrySendError::Closed(self.closed()),
+        })
+    }
+
+    /// Writes what is queued, finishes the stream, and waits for the task to
+    /// end. Frames that other handles queue behind the finish are dropped;
+    /// once the task has ended, their sends are refused.
+    ///
+    /// # Errors
+    /// The stream's failure, if it failed before everything was written.
+    pub async fn finish(self) -> Result<(), NetError> {
+        let _ = self.tx.send(Command::Finish).await;
+        let mut state = self.state.clone();
+        let outcome = state.wait_for(|s| !matches!(s, WriterState::Open)).await.map(|s| s.clone());
+        match outcome {
+            Ok(WriterState::Failed(e)) => Err(NetError::from_write(self.peer, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Resolves when the stream fails — a write failed, the peer stopped
+    /// reading, or the connection was lost, even while nothing was being
+    /// written — with the reason. Never resolves for a stream that stays
+    /// healthy or finishes cleanly. For an owner's `select!` loop.
+    pub async fn failed(&self) -> NetError {
+        let mut state = self.state.clone();
+        let failure = state.wait_for(|s| matches!(s, WriterState::Failed(_))).await.map(|s| s.clone());
+        match failure {
+            Ok(WriterState::Failed(e)) => NetError::from_write(self.peer, e),
+            _ => std::future::pending().await,
+        }
+    }
+
+    fn check(&self, message: &Message, payload: &Bytes) -> Result<(), NetError> {
+        if message.payload_len() == payload.len() as u64 {
+            return Ok(());
+        }
+        Err(NetError::PayloadMismatch {
+            peer: self.peer,
+            message: message.name(),
+            declared: message.payload_len(),
+            actual: payload.len(),
+        })
+    }
+
+    /// The error for a send to a writer whose task has ended.
+    fn closed(&self) -> NetError {
+        match &*self.state.borrow() {
+            WriterState::Failed(e) => NetError::from_write(self.peer, e.clone()),
+            _ => NetError::StreamClosed { peer: self.peer },
+        }
+    }
+}
+
+/// The writer task: batches of queued frames, one write each. It also
+/// watches the stream while idle, so that a peer that stops reading or a
+/// lost connection is reported at once, not at the next write.
+async fn write_loop(mut send: SendStream, mut rx: mpsc::Receiver<Command>, state: watch::Sender<WriterState>) {
+    let stopped = send.stopped();
+    tokio::pin!(stopped);
+    let mut commands = Vec::with_capacity(WRITE_BATCH);
+    let mut headers = BytesMut::new();
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let outcome = loop {
+        let received = tokio::select! {
+            received = rx.recv_many(&mut commands, WRITE_BATCH) => received,
+            stop = &mut stopped => break match stop {
+                Ok(Some(code)) => WriterState::Failed(quinn::WriteError::Stopped(code)),
+                Err(quinn::StoppedError::ConnectionLost(e)) => WriterState::Failed(quinn::WriteError::ConnectionLost(e)),
+                // Not finished, so never acknowledged in full; and no 0-RTT.
+                Ok(None) | Err(quinn::StoppedError::ZeroRttRejected) => {
+                    WriterState::Failed(quinn::WriteError::ClosedStream)
+                }
+            },
+        };
+        if received == 0 {
+            // Every handle is gone: nothing more will come.
+            let _ = send.finish();
+            break WriterState::Finished;
+        }
+        let mut finishing = false;
+        for command in commands.drain(..) {
+            match command {
+                Command::Send(_) if finishing => {}
+                Command::Send(Outgoing::Frame { message, payload }) => {
+                    encode_header(&message, &mut headers);
+                    if !payload.is_empty() {
+                        chunks.push(headers.split().freeze());
+                        chunks.push(payload);
+                    }
+                }
+                Command::Send(Outgoing::Encoded(frames)) => {
+                    if !headers.is_empty() {
+                        chunks.push(headers.split().freeze());
+                    }
+                    chunks.push(frames);
+                }
+                Command::Finish => finishing = true,
+            }
+        }
+        if !headers.is_empty() {
+            chunks.push(headers.split().freeze());
+        }
+        if let Err(e) = send.write_all_chunks(&mut chunks).await {
+            tracing::debug!(error = %e, "frame writer stopped");
+            break WriterState::Failed(e);
+        }
+        chunks.clear();
+        if finishing {
+            let _ = send.finish();
+            break WriterState::Finished;
+        }
+    };
+    // State first, so that a send refused by the closed queue reads the failure.
+    state.send_replace(outcome);
+    rx.close();
+}
+
+/// Sends one frame on a new uni stream and finishes it: for a payload larger
+/// than [`INLINE_PAYLOAD_MAX`]. Returns once quinn has taken all the bytes
+/// (flow control permitting), not when the peer has them.
+///
+/// # Errors
+/// [`NetError::PayloadMismatch`], or the connection's or stream's failure.
+pub async fn send_on_new_stream(conn: &Connection, message: &Message, payload: Bytes) -> Result<(), NetError> {
+    let peer = conn.remote_address();
+    if message.payload_len() != payload.len() as u64 {
+        return Err(NetError::PayloadMismatch {
+            peer,
+            message: message.name(),
+            declared: message.payload_len(),
+            actual: payload.len(),
+        });
+    }
+    let mut send = conn.open_uni().await.map_err(|source| NetError::ConnectionLost { peer, source })?;
+    // Below the control stream (priority 0): when both have data, quinn fills
+    // packets with small messages first.
+    let _ = send.set_priority(-1);
+    let mut header = BytesMut::new();
+    encode_header(message, &mut header);
+    let mut chunks = [header.freeze(), payload];
+    send.write_all_chunks(&mut chunks).await.map_err(|e| NetError::from_write(peer, e))?;
+    send.finish().map_err(|_| NetError::StreamClosed { peer })
+}
+
+/// The frames a peer sends on uni streams (one frame per stream), each
+/// stream read concurrently so that a small frame is not stuck behind a
+/// large one.
+pub fn accept_frames(conn: Connection, limits: Limits) -> UniFrames {
+    UniFrames { conn, limits, reads: JoinSet::new(), lost: None, done: false }
+}
+
+/// Frames arriving on uni streams; see [`accept_frames`].
+pub struct UniFrames {
+    conn: Connection,
+    limits: Limits,
+    reads: JoinSet<Result<Frame, NetError>>,
+    lost: Option<ConnectionError>,
+    done: bool,
+}
+
+impl fmt::Debug for UniFrames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UniFrames")
+            .field("peer", &self.conn.remote_address())
+            .field("reading", &self.reads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UniFrames {
+    /// The next frame, or the error of one stream (other streams go on).
+    /// When the connection ends: its error once, then `None`. Cancel-safe.
+    pub async fn next(&mut self) -> Option<Result<Frame, NetError>> {
+        let peer = self.conn.remote_address();
+        loop {
+            if let Some(source) = self.lost.take() {
+                self.reads.abort_all();
+                self.done = true;
+                return Some(Err(NetError::ConnectionLost { peer, source }));
+            }
+            if self.done {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                Some(joined) = self.reads.join_next() => {
+                    return Some(joined.unwrap_or_else(|e| Err(NetError::Protocol {
+                        peer,
+                        detail: format!("the reader of a payload stream ended abnormally: {e}"),
+                    })));
+                }
+                accepted = self.conn.accept_uni() => match accepted {
+                    Ok(recv) => {
+                        self.reads.spawn(read_single_frame(recv, peer, self.limits));
+                    }
+                    Err(e) => self.lost = Some(e),
+                },
+            }
+        }
+    }
+}
+
+/// Reads the one frame of a payload stream.
+async fn read_single_frame(recv: RecvStream, peer: SocketAddr, limits: Limits) -> Result<Frame, NetError> {
+    let mut reader = FrameReader::new(recv, peer, limits);
+    let Some(frame) = reader.next().await? else {
+        return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
+    };
+    match reader.next().await? {
+        None => Ok(frame),
+        Some(extra) => {
+            reader.stop(CloseReason::ProtocolError);
+            Err(NetError::Protocol {
+                peer,
+                detail: format!(
+                    "a payload stream carried a {} after its {}: one frame per stream",
+                    extra.message.name(),
+                    frame.message.name()
+                ),
+            })
+        }
+    }
+}
