@@ -488,16 +488,27 @@ impl<J: Job> ConsumerdSession<J> {
     /// from [`ConsumerdSession::poll_answer`], exactly once, unless it is
     /// cancelled first.
     ///
+    /// A toolchain the consumerd has not announced gets its lane on first
+    /// use: announcements only say which routes list it (a task and the
+    /// announcement of its toolchain may travel on different streams).
+    ///
     /// # Errors
     /// [`RouteError::DuplicateTask`] when `client_id` is already in flight,
-    /// [`RouteError::InvalidToolchain`] when the consumerd never announced
-    /// `toolchain`. Nothing was submitted.
+    /// [`RouteError::InvalidToolchain`] for the all-zero key (no toolchain).
+    /// Nothing was submitted.
     pub fn submit(&mut self, client_id: u64, toolchain: ToolchainKey, body: J::Task) -> Result<TaskId, RouteError> {
         if self.tasks.contains_key(&client_id) {
             return Err(RouteError::DuplicateTask(client_id));
         }
-        let Some((route, lane)) = self.lanes.get(&toolchain) else {
+        if toolchain == ToolchainKey(0) {
             return Err(RouteError::InvalidToolchain(toolchain));
+        }
+        let (route, lane) = match self.lanes.get(&toolchain) {
+            Some(attached) => attached,
+            None => {
+                let attached = self.core.attach_lane(toolchain, None, &self.entry, false);
+                self.lanes.entry(toolchain).or_insert(attached)
+            }
         };
         let id = TaskId(u64::from(self.entry.id.0) << 32 | u64::from(self.next_seq));
         self.next_seq = self.next_seq.wrapping_add(1);

@@ -105,7 +105,7 @@ pub enum RouteError {
     /// A hook rejected the task.
     #[error("the task has been rejected by the server: {0}")]
     Rejected(String),
-    /// The toolchain was never announced by the submitting consumerd.
+    /// The task names no toolchain.
     #[error("invalid or missing toolchain {0}")]
     InvalidToolchain(ToolchainKey),
     /// A task id already in flight was submitted again.

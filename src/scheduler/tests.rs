@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
 
-use ccroute_wire::{Lang, RetryReason, Toolchain, ToolchainKind};
+use ccroute_wire::{Lang, RetryReason, Toolchain, ToolchainKey, ToolchainKind};
 
 use super::*;
 
@@ -102,7 +102,11 @@ fn submit_checks_ids_and_toolchains() {
     let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
     cd.submit(1, tc("gcc").key(), 0).unwrap();
     assert_eq!(cd.submit(1, tc("gcc").key(), 0), Err(RouteError::DuplicateTask(1)));
-    assert_eq!(cd.submit(2, tc("clang").key(), 0), Err(RouteError::InvalidToolchain(tc("clang").key())));
+    assert_eq!(cd.submit(2, ToolchainKey(0), 0), Err(RouteError::InvalidToolchain(ToolchainKey(0))));
+    // An unannounced toolchain is fine: it gets a lane, but the route does not list the consumerd.
+    cd.submit(3, tc("clang").key(), 0).unwrap();
+    assert_eq!(answers(&mut cd)[0].reply, Reply::RunLocally(RetryReason::NoAgents));
+    assert!(s.routes().iter().all(|r| r.toolchain != tc("clang").key()));
     assert_eq!(RouteError::NoAgents.to_string(), "no available agents can run this task");
 }
 
