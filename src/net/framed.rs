@@ -126,6 +126,75 @@ impl FrameReader {
         }
     }
 
+    /// The next frame's header, leaving its payload unread: read it with
+    /// [`FrameReader::payload`], or [`FrameReader::stop`] the stream to skip
+    /// it without receiving it. `None` at a clean end between frames.
+    ///
+    /// # Errors
+    /// As [`FrameReader::next`].
+    pub async fn next_header(&mut self) -> Result<Option<Message>, NetError> {
+        loop {
+            if self.pending.is_none() {
+                match self.decoder.decode_header(&mut self.buf) {
+                    Ok(Some(message)) => {
+                        let len = message.payload_len() as usize;
+                        self.pending = Some((message.clone(), len));
+                        return Ok(Some(message));
+                    }
+                    Ok(None) => {}
+                    Err(source) => {
+                        let _ = self.recv.stop(CloseReason::ProtocolError.code());
+                        return Err(NetError::Decode { peer: self.peer, source });
+                    }
+                }
+            } else {
+                return Err(NetError::Protocol {
+                    peer: self.peer,
+                    detail: "next_header called before the previous payload was read".into(),
+                });
+            }
+            if !self.fill().await? {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(NetError::EndedMidFrame { peer: self.peer, buffered: self.buf.len() })
+                };
+            }
+        }
+    }
+
+    /// The payload of the header [`FrameReader::next_header`] returned.
+    ///
+    /// # Errors
+    /// As [`FrameReader::next`].
+    pub async fn payload(&mut self) -> Result<Bytes, NetError> {
+        let Some((_, len)) = self.pending.as_ref().map(|(m, l)| (m.name(), *l)) else {
+            return Ok(Bytes::new());
+        };
+        while self.buf.len() < len {
+            self.buf.reserve(len - self.buf.len());
+            if !self.fill().await? {
+                return Err(NetError::EndedMidFrame { peer: self.peer, buffered: self.buf.len() });
+            }
+        }
+        self.pending = None;
+        Ok(self.buf.split_to(len).freeze())
+    }
+
+    /// Reads more bytes into the buffer; false at the end of the stream.
+    async fn fill(&mut self) -> Result<bool, NetError> {
+        match self.recv.read_chunks(&mut self.chunks).await {
+            Ok(Some(n)) => {
+                for chunk in &mut self.chunks[..n] {
+                    self.buf.extend_from_slice(&mem::take(chunk));
+                }
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(NetError::from_read(self.peer, e)),
+        }
+    }
+
     /// Takes a whole frame off the buffer, if one is there.
     fn take(&mut self) -> Result<Option<Frame>, ccroute_wire::DecodeError> {
         let len = match &self.pending {
@@ -452,6 +521,116 @@ impl UniFrames {
                     Err(e) => self.lost = Some(e),
                 },
             }
+        }
+    }
+}
+
+/// What a gate decides about a frame arriving on a uni stream, from its
+/// header alone.
+#[derive(Debug)]
+pub enum Admission<T> {
+    /// Read the payload; hand the frame on with this token.
+    Read(T),
+    /// Do not read the payload (stop the stream); hand the header on with
+    /// this token.
+    Skip(T),
+}
+
+/// A frame a gate saw: its payload is `None` when the gate skipped it.
+#[derive(Debug)]
+pub struct Gated<T> {
+    /// The header.
+    pub message: Message,
+    /// The payload, unless skipped.
+    pub payload: Option<Bytes>,
+    /// What the gate said about it.
+    pub token: T,
+}
+
+/// Like [`accept_frames`], but every frame's header goes through `gate`
+/// before a byte of its payload is read: the scheduler reserves payload
+/// budget there, and answers cache hits without reading the source.
+pub fn accept_gated_frames<T, G, F>(conn: Connection, limits: Limits, gate: G) -> GatedFrames<T>
+where
+    T: Send + 'static,
+    G: Fn(Message) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = (Message, Admission<T>)> + Send + 'static,
+{
+    let gate: GateFn<T> = std::sync::Arc::new(move |m| Box::pin(gate(m)));
+    GatedFrames { conn, limits, gate, reads: JoinSet::new(), lost: None, done: false }
+}
+
+type GateFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = (Message, Admission<T>)> + Send>>;
+type GateFn<T> = std::sync::Arc<dyn Fn(Message) -> GateFuture<T> + Send + Sync>;
+
+/// Frames arriving on uni streams through a gate; see [`accept_gated_frames`].
+pub struct GatedFrames<T> {
+    conn: Connection,
+    limits: Limits,
+    gate: GateFn<T>,
+    reads: JoinSet<Result<Gated<T>, NetError>>,
+    lost: Option<ConnectionError>,
+    done: bool,
+}
+
+impl<T> fmt::Debug for GatedFrames<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatedFrames")
+            .field("peer", &self.conn.remote_address())
+            .field("reading", &self.reads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> GatedFrames<T> {
+    /// The next frame, or the error of one stream (other streams go on).
+    /// When the connection ends: its error once, then `None`. Cancel-safe.
+    pub async fn next(&mut self) -> Option<Result<Gated<T>, NetError>> {
+        let peer = self.conn.remote_address();
+        loop {
+            if let Some(source) = self.lost.take() {
+                self.reads.abort_all();
+                self.done = true;
+                return Some(Err(NetError::ConnectionLost { peer, source }));
+            }
+            if self.done {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                Some(joined) = self.reads.join_next() => {
+                    return Some(joined.unwrap_or_else(|e| Err(NetError::Protocol {
+                        peer,
+                        detail: format!("the reader of a payload stream ended abnormally: {e}"),
+                    })));
+                }
+                accepted = self.conn.accept_uni() => match accepted {
+                    Ok(recv) => {
+                        self.reads.spawn(read_gated_frame(recv, peer, self.limits, self.gate.clone()));
+                    }
+                    Err(e) => self.lost = Some(e),
+                },
+            }
+        }
+    }
+}
+
+/// Reads the header of a payload stream, asks the gate, then reads or skips
+/// the payload.
+async fn read_gated_frame<T>(recv: RecvStream, peer: SocketAddr, limits: Limits, gate: GateFn<T>) -> Result<Gated<T>, NetError> {
+    let mut reader = FrameReader::new(recv, peer, limits);
+    let Some(message) = reader.next_header().await? else {
+        return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
+    };
+    let (message, admission) = gate(message).await;
+    match admission {
+        Admission::Skip(token) => {
+            reader.stop(CloseReason::Done);
+            Ok(Gated { message, payload: None, token })
+        }
+        Admission::Read(token) => {
+            let payload = reader.payload().await?;
+            Ok(Gated { message, payload: Some(payload), token })
         }
     }
 }

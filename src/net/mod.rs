@@ -38,8 +38,8 @@ mod tests;
 pub use endpoint::{accept, client_endpoint, connect, server_endpoint, shutdown, TransportOptions};
 pub use error::{CloseReason, NetError};
 pub use framed::{
-    accept_frames, send_on_new_stream, FrameReader, FrameWriter, Outgoing, StreamOptions, TrySendError, UniFrames,
-    INLINE_PAYLOAD_MAX,
+    accept_frames, accept_gated_frames, send_on_new_stream, Admission, FrameReader, FrameWriter, Gated, GatedFrames,
+    Outgoing, StreamOptions, TrySendError, UniFrames, INLINE_PAYLOAD_MAX,
 };
 pub use handshake::{accept_hello, client_handshake, ServerHandshake, HANDSHAKE_TIMEOUT};
 pub use tls::{peer_role, verify_role, CertRole, Identity, TlsError};

@@ -26,6 +26,8 @@ pub mod hooks;
 pub mod optimizer;
 pub mod outbox;
 pub mod router;
+#[cfg(feature = "daemon")]
+pub mod server;
 pub mod stats;
 pub mod task;
 pub mod tokens;

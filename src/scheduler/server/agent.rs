@@ -1,0 +1,219 @@
+//! An agent's connection: tasks out, results in.
+//!
+//! The owner task holds the agent's session. What the core places on the
+//! agent comes out of the session's outbox and goes out with the task's
+//! scheduler id — small sources inline on the control stream, large ones on
+//! a stream of their own — its header and payload forwarded as the
+//! consumerd sent them (the source is never decompressed here). Results come
+//! back on the control stream or, with a large object, on a uni stream whose
+//! payload budget is reserved before it is read. When the connection ends,
+//! dropping the session places everything the agent held again.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccroute_wire::{Cancel, Frame, Hello, Message, TaskHeader, UsageLimit, Welcome};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::consumerd::Ticket;
+use super::job::{AgentAnswer, NetJob};
+use super::{peer_info, State};
+use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake, INLINE_PAYLOAD_MAX};
+use crate::scheduler::{AgentSession, Dispatch, TaskId};
+
+/// How often the agent's token limit is checked for a change to report.
+const LIMIT_CHECK: Duration = Duration::from_millis(250);
+
+enum Event {
+    Frame(Frame, Ticket),
+    Failed(NetError),
+}
+
+/// Serves one agent until its connection ends.
+pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
+    let mut session = state.scheduler.connect_agent(peer_info(&hello), &hello.body.toolchains, hello.body.usage_limit);
+    let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
+    let (writer, mut reader) = match hs.welcome(welcome, &State::control_stream()).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(error = %e, "handshake failed after the hello");
+            return;
+        }
+    };
+    tracing::info!(toolchains = hello.body.toolchains.len(), limit = session.token_limit(), "agent joined");
+    let (tx, mut rx) = mpsc::channel::<Event>(256);
+    let mut readers = JoinSet::new();
+    {
+        let tx = tx.clone();
+        readers.spawn(async move {
+            loop {
+                let event = match reader.next().await {
+                    Ok(Some(frame)) => Event::Frame(frame, Ticket::Plain),
+                    Ok(None) => break,
+                    Err(e) => Event::Failed(e),
+                };
+                let failed = matches!(event, Event::Failed(_));
+                if tx.send(event).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+    }
+    {
+        let tx = tx.clone();
+        let budget = state.budget.clone();
+        let mut uni = net::accept_gated_frames(conn.clone(), ccroute_wire::Limits::DEFAULT, move |message: Message| {
+            // A result must be read even past the budget: its task is
+            // waiting for it, and the agent's token comes back with it.
+            let ticket = match budget.try_reserve(message.payload_len()) {
+                Some(r) => Ticket::Reserved(r),
+                None => Ticket::OverBudget,
+            };
+            std::future::ready((message, Admission::Read(ticket)))
+        });
+        readers.spawn(async move {
+            while let Some(next) = uni.next().await {
+                let event = match next {
+                    Ok(g) => Event::Frame(Frame { message: g.message, payload: g.payload.unwrap_or_default() }, g.token),
+                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "bad result stream");
+                        continue;
+                    }
+                };
+                if tx.send(event).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+
+    let mut senders = JoinSet::new();
+    let mut last_limit = session.token_limit();
+    let mut check = tokio::time::interval(LIMIT_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let outcome: Result<(), String> = loop {
+        tokio::select! {
+            event = rx.recv() => match event {
+                None => break Ok(()),
+                Some(Event::Failed(NetError::ConnectionLost { .. })) => break Ok(()),
+                Some(Event::Failed(e)) => break Err(e.to_string()),
+                Some(Event::Frame(frame, ticket)) => {
+                    if let Err(why) = on_frame(&mut session, frame, ticket) {
+                        break Err(why);
+                    }
+                }
+            },
+            dispatch = next_dispatch(&mut session) => {
+                if send_dispatch(&conn, &writer, &mut senders, dispatch).await.is_err() {
+                    break Ok(());
+                }
+            }
+            _ = check.tick() => {
+                let limit = session.token_limit();
+                if limit != last_limit {
+                    last_limit = limit;
+                    if writer.send(Message::UsageLimit(UsageLimit { limit }), Bytes::new()).await.is_err() {
+                        break Ok(());
+                    }
+                }
+            }
+            Some(_) = senders.join_next(), if !senders.is_empty() => {}
+            e = writer.failed() => break if matches!(e, NetError::ConnectionLost { .. }) { Ok(()) } else { Err(e.to_string()) },
+        }
+    };
+    match outcome {
+        Ok(()) => tracing::info!(in_flight = session.in_flight(), "agent left"),
+        Err(why) => {
+            tracing::warn!(error = %why, in_flight = session.in_flight(), "closing the agent's connection");
+            CloseReason::ProtocolError.close_with(&conn, &why);
+        }
+    }
+    readers.abort_all();
+    senders.abort_all();
+    // Dropping the session places every task the agent held again.
+}
+
+/// One frame from the agent. `Err` is a protocol violation.
+fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) -> Result<(), String> {
+    match frame.message {
+        Message::TaskResult(header) => {
+            if frame.payload.len() as u64 != header.payload.len {
+                return Err(format!("result {} declares {} bytes and carries {}", header.task_id, header.payload.len, frame.payload.len()));
+            }
+            let reservation = match ticket {
+                Ticket::Reserved(r) => Some(Arc::new(r)),
+                Ticket::OverBudget | Ticket::Plain => None,
+            };
+            let task = TaskId(header.task_id);
+            let answer = AgentAnswer { header, payload: frame.payload, reservation };
+            if let Err(e) = session.complete(task, answer) {
+                // An answer for a task it does not hold: a confused agent,
+                // not a reason to drop every task it does hold.
+                tracing::warn!(error = %e, "ignored");
+            }
+            Ok(())
+        }
+        Message::CpuSample(sample) => {
+            session.push_sample(sample);
+            Ok(())
+        }
+        Message::ToolchainUpdate(u) => {
+            session.set_toolchains(&u.toolchains);
+            Ok(())
+        }
+        Message::UsageLimit(u) => {
+            session.set_max_limit(u.limit);
+            Ok(())
+        }
+        other => Err(format!("an agent may not send a {}", other.name())),
+    }
+}
+
+/// The next thing the core has for this agent.
+async fn next_dispatch(session: &mut AgentSession<NetJob>) -> Dispatch<NetJob> {
+    poll_fn(|cx| {
+        if let Some(d) = session.poll() {
+            return Poll::Ready(d);
+        }
+        session.register_waker(cx.waker());
+        match session.poll() {
+            Some(d) => Poll::Ready(d),
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Sends a task (under the scheduler's id for it) or a cancel.
+async fn send_dispatch(
+    conn: &quinn::Connection,
+    writer: &FrameWriter,
+    senders: &mut JoinSet<()>,
+    dispatch: Dispatch<NetJob>,
+) -> Result<(), NetError> {
+    match dispatch {
+        Dispatch::Cancel(id) => writer.send(Message::Cancel(Cancel { task_id: id.0 }), Bytes::new()).await,
+        Dispatch::Assign(task) => {
+            let body = task.body();
+            let header = TaskHeader { task_id: task.id().0, ..body.header.clone() };
+            let payload = body.payload.clone();
+            if payload.len() <= INLINE_PAYLOAD_MAX {
+                return writer.send(Message::Task(header), payload).await;
+            }
+            let conn = conn.clone();
+            senders.spawn(async move {
+                if let Err(e) = net::send_on_new_stream(&conn, &Message::Task(header), payload).await {
+                    // The connection is going; its loss places the task again.
+                    tracing::debug!(error = %e, "task stream failed");
+                }
+            });
+            Ok(())
+        }
+    }
+}

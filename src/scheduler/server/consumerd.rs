@@ -1,0 +1,285 @@
+//! A consumerd's connection: tasks in, answers out.
+//!
+//! Tasks arrive inline on the control stream (small sources) or one per uni
+//! stream (large ones). A uni-stream task's header passes a gate before its
+//! payload is read: the payload budget is reserved there, and past it the
+//! payload is never read and the task is answered "retry locally". The owner
+//! task submits each task to the core under the consumerd's own id, and
+//! sends each answer back under that id — small ones on the control stream,
+//! large objects on a stream of their own, spawned so that the loop never
+//! waits on one.
+
+use std::future::poll_fn;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccroute_wire::{
+    Frame, Hello, Message, Outcome, PreferredRemoteLimit, ResultHeader, RetryAction, RetryReason, TaskHeader, Welcome,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::job::{AgentAnswer, NetJob, TaskBody};
+use super::{peer_info, State};
+use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake, INLINE_PAYLOAD_MAX};
+use crate::scheduler::budget::Reservation;
+use crate::scheduler::{Answer, ConsumerdSession, Reply};
+
+/// How often the consumerd's preferred remote limit is checked for a change.
+const LIMIT_CHECK: Duration = Duration::from_millis(100);
+
+/// What the gate decided about a payload.
+#[derive(Debug)]
+pub(crate) enum Ticket {
+    /// Budget reserved for it.
+    Reserved(Reservation),
+    /// Over budget: not read.
+    OverBudget,
+    /// Not a payload-carrying task.
+    Plain,
+}
+
+enum Event {
+    Frame(Frame, Ticket),
+    Skipped(Message),
+    Failed(NetError),
+}
+
+/// Serves one consumerd until its connection ends.
+pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
+    let scheduler = &state.scheduler;
+    let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
+    // Until the optimizer's first tick: an even share of the cluster.
+    let share = scheduler.cluster_limit() / (scheduler.consumerds().len() as u32).max(1);
+    scheduler.set_remote_limit(session.id(), share.max(1));
+    let welcome = Welcome { scheduler_id: state.id, limit: session.remote_limit() };
+    let (writer, mut reader) = match hs.welcome(welcome, &State::control_stream()).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(error = %e, "handshake failed after the hello");
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::channel::<Event>(256);
+    let mut readers = JoinSet::new();
+    {
+        let tx = tx.clone();
+        readers.spawn(async move {
+            loop {
+                match reader.next().await {
+                    Ok(Some(frame)) => {
+                        let ticket = Ticket::Plain;
+                        if tx.send(Event::Frame(frame, ticket)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = tx.send(Event::Failed(e)).await;
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    {
+        let tx = tx.clone();
+        let budget = state.budget.clone();
+        let mut uni = net::accept_gated_frames(conn.clone(), ccroute_wire::Limits::DEFAULT, move |message: Message| {
+            let ticket = match &message {
+                Message::Task(t) => match budget.try_reserve(t.payload.len) {
+                    Some(r) => Admission::Read(Ticket::Reserved(r)),
+                    None => Admission::Skip(Ticket::OverBudget),
+                },
+                _ => Admission::Read(Ticket::Plain),
+            };
+            std::future::ready((message, ticket))
+        });
+        readers.spawn(async move {
+            while let Some(next) = uni.next().await {
+                let event = match next {
+                    Ok(g) => match g.payload {
+                        Some(payload) => Event::Frame(Frame { message: g.message, payload }, g.token),
+                        None => Event::Skipped(g.message),
+                    },
+                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "bad payload stream");
+                        continue;
+                    }
+                };
+                if tx.send(event).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+
+    let mut senders = JoinSet::new();
+    let mut last_limit = session.remote_limit();
+    let mut check = tokio::time::interval(LIMIT_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let outcome: Result<(), String> = loop {
+        tokio::select! {
+            event = rx.recv() => match event {
+                None => break Ok(()),
+                Some(Event::Failed(NetError::ConnectionLost { .. })) => break Ok(()),
+                Some(Event::Failed(e)) => break Err(e.to_string()),
+                Some(Event::Frame(frame, ticket)) => {
+                    if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
+                        break Err(why);
+                    }
+                }
+                Some(Event::Skipped(message)) => {
+                    if let Message::Task(t) = message {
+                        state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
+                        let h = run_locally(t.task_id, RetryReason::OverBudget);
+                        if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
+                            break Ok(());
+                        }
+                    }
+                }
+            },
+            answer = next_answer(&mut session) => {
+                if send_answer(&conn, &writer, &mut senders, answer).await.is_err() {
+                    break Ok(());
+                }
+            }
+            _ = check.tick() => {
+                let limit = session.remote_limit();
+                if limit != last_limit {
+                    last_limit = limit;
+                    let msg = Message::PreferredRemoteLimit(PreferredRemoteLimit { limit });
+                    if writer.send(msg, Bytes::new()).await.is_err() {
+                        break Ok(());
+                    }
+                }
+            }
+            Some(_) = senders.join_next(), if !senders.is_empty() => {}
+            e = writer.failed() => break if matches!(e, NetError::ConnectionLost { .. }) { Ok(()) } else { Err(e.to_string()) },
+        }
+    };
+    match outcome {
+        Ok(()) => tracing::info!(in_flight = session.in_flight(), "consumerd left"),
+        Err(why) => {
+            tracing::warn!(error = %why, in_flight = session.in_flight(), "closing the consumerd's connection");
+            CloseReason::ProtocolError.close_with(&conn, &why);
+        }
+    }
+    readers.abort_all();
+    senders.abort_all();
+    // Dropping the session cancels what it still has in flight.
+}
+
+/// One frame from the consumerd. `Err` is a protocol violation.
+async fn on_frame(
+    state: &State,
+    session: &mut ConsumerdSession<NetJob>,
+    writer: &FrameWriter,
+    frame: Frame,
+    ticket: Ticket,
+) -> Result<(), String> {
+    match frame.message {
+        Message::Task(header) => {
+            let reservation = match ticket {
+                Ticket::Reserved(r) => Some(r),
+                // An inline task: its bytes are already here (a control
+                // stream frame is at most INLINE_PAYLOAD_MAX); count them.
+                Ticket::Plain => match state.budget.try_reserve(header.payload.len) {
+                    Some(r) => Some(r),
+                    None => {
+                        state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
+                        let h = run_locally(header.task_id, RetryReason::OverBudget);
+                        return writer.send(Message::TaskResult(h), Bytes::new()).await.map_err(|e| e.to_string());
+                    }
+                },
+                Ticket::OverBudget => None,
+            };
+            submit(session, writer, header, frame.payload, reservation).await
+        }
+        Message::Cancel(c) => {
+            session.cancel(c.task_id);
+            Ok(())
+        }
+        Message::ToolchainUpdate(u) => {
+            session.set_toolchains(&u.toolchains);
+            Ok(())
+        }
+        Message::Demand(d) => {
+            session.set_demand(d.wanted);
+            Ok(())
+        }
+        other => Err(format!("a consumerd may not send a {}", other.name())),
+    }
+}
+
+async fn submit(
+    session: &mut ConsumerdSession<NetJob>,
+    writer: &FrameWriter,
+    header: TaskHeader,
+    payload: Bytes,
+    reservation: Option<Reservation>,
+) -> Result<(), String> {
+    if payload.len() as u64 != header.payload.len {
+        return Err(format!("task {} declares {} payload bytes and carries {}", header.task_id, header.payload.len, payload.len()));
+    }
+    let (client_id, toolchain) = (header.task_id, header.toolchain);
+    match session.submit(client_id, toolchain, TaskBody { header, payload, reservation }) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let h = run_locally(client_id, RetryReason::Rejected(e.to_string()));
+            writer.send(Message::TaskResult(h), Bytes::new()).await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn run_locally(task_id: u64, reason: RetryReason) -> ResultHeader {
+    ResultHeader::bare(task_id, Outcome::Retry(RetryAction::RunLocally, reason))
+}
+
+/// The next answer the core has for this consumerd.
+async fn next_answer(session: &mut ConsumerdSession<NetJob>) -> Answer<AgentAnswer> {
+    poll_fn(|cx| {
+        if let Some(a) = session.poll_answer() {
+            return Poll::Ready(a);
+        }
+        session.register_waker(cx.waker());
+        match session.poll_answer() {
+            Some(a) => Poll::Ready(a),
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Sends one answer under the consumerd's id for its task.
+async fn send_answer(
+    conn: &quinn::Connection,
+    writer: &FrameWriter,
+    senders: &mut JoinSet<()>,
+    answer: Answer<AgentAnswer>,
+) -> Result<(), NetError> {
+    let (header, payload, reservation) = match answer.reply {
+        Reply::Done(a) | Reply::Intercepted(a) => {
+            let mut h = a.header;
+            h.task_id = answer.client_id;
+            (h, a.payload, a.reservation)
+        }
+        Reply::RunLocally(reason) => (run_locally(answer.client_id, reason), Bytes::new(), None),
+    };
+    if payload.len() <= INLINE_PAYLOAD_MAX {
+        return writer.send(Message::TaskResult(header), payload).await;
+    }
+    let conn = conn.clone();
+    senders.spawn(async move {
+        if let Err(e) = net::send_on_new_stream(&conn, &Message::TaskResult(header), payload).await {
+            tracing::debug!(error = %e, "result stream failed");
+        }
+        drop(reservation);
+    });
+    Ok(())
+}

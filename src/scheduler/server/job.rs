@@ -1,0 +1,52 @@
+//! What the networked scheduler carries through the core: task bodies (a
+//! consumerd's task header and its compressed source) and answers (an
+//! agent's result header and its compressed object). Both hold their payload
+//! budget reservation, so that the bytes are counted exactly as long as the
+//! scheduler holds them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ccroute_wire::{Outcome, ResultHeader, TaskHeader};
+
+use crate::scheduler::budget::Reservation;
+use crate::scheduler::{AnswerKind, Job};
+
+/// The networked scheduler's [`Job`].
+#[derive(Debug)]
+pub struct NetJob;
+
+/// A task as the scheduler holds it.
+#[derive(Debug)]
+pub struct TaskBody {
+    /// The consumerd's header (its task id, toolchain, cache key, spec).
+    pub header: TaskHeader,
+    /// The compressed preprocessed source, never decoded here.
+    pub payload: Bytes,
+    /// Its bytes against the payload budget.
+    pub reservation: Option<Reservation>,
+}
+
+/// An answer as the scheduler holds it: cheap to clone (identical tasks in
+/// flight share one).
+#[derive(Debug, Clone)]
+pub struct AgentAnswer {
+    /// The result header (its task id is the agent's view; rewritten for the consumerd).
+    pub header: ResultHeader,
+    /// The compressed object.
+    pub payload: Bytes,
+    /// Its bytes against the payload budget.
+    pub reservation: Option<Arc<Reservation>>,
+}
+
+impl Job for NetJob {
+    type Task = TaskBody;
+    type Answer = AgentAnswer;
+
+    fn classify(answer: &AgentAnswer) -> AnswerKind {
+        match answer.header.outcome {
+            Outcome::Success => AnswerKind::Success,
+            _ => AnswerKind::Failed,
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The scheduler daemon: the core behind QUIC.
+//!
+//! One task per connection. After the version handshake (and the role check:
+//! the role a peer claims must be the role its certificate was issued for),
+//! each connection is served by one owner task that holds the peer's
+//! session — [`consumerd::serve`], [`agent::serve`] or [`admin::serve`].
+//! Frames reach the owner through a channel from the stream readers; what
+//! the core has for the peer (answers, assignments, cancels) comes from the
+//! session's outbox, whose waker the owner registers. Nothing blocks across
+//! peers: a slow consumerd stalls only its own connection (kubecc B13).
+//!
+//! Payloads are never decoded here. A task's compressed source is held (and
+//! counted against [`ServerConfig::payload_budget`]) from the moment its
+//! header says how big it is until the task ends; past the budget a task is
+//! answered "retry locally" and its payload is never read.
+//!
+//! Shutdown ([`Server::serve`]'s future): stop accepting, answer waiting
+//! and new tasks "run locally", let tasks on agents finish until
+//! [`ServerConfig::shutdown_grace`], then close every connection at once so
+//! that peers learn it immediately.
+
+pub mod admin;
+pub mod agent;
+pub mod consumerd;
+pub mod job;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ccroute_wire::{HelloOutcome, Limits, Refusal, RefusalKind, Role, PROTOCOL_VERSION};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+pub use self::job::{AgentAnswer, NetJob, TaskBody};
+use super::budget::Budget;
+use super::optimizer::driver::{DriverConfig, HitRatio, OptimizerThread};
+use super::{Config, Scheduler};
+use crate::net::{self, CloseReason, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+
+/// Everything the scheduler daemon is configured with.
+#[derive(Debug)]
+pub struct ServerConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The scheduler's certificate and the cluster CA.
+    pub identity: Identity,
+    /// QUIC settings.
+    pub transport: TransportOptions,
+    /// The core's bounds.
+    pub core: Config,
+    /// Payload bytes held in memory at most (sources and objects in flight).
+    pub payload_budget: u64,
+    /// Connections at once; past it a new one is refused as busy.
+    pub max_connections: usize,
+    /// The optimizer thread; `None` keeps every agent at its own limit.
+    pub optimizer: Option<DriverConfig>,
+    /// How long tasks on agents may finish after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults around an address and an identity: 256 MiB of payloads,
+    /// 4096 connections, the optimizer every second, 10 s of grace.
+    pub fn new(listen: SocketAddr, identity: Identity) -> Self {
+        ServerConfig {
+            listen,
+            identity,
+            transport: TransportOptions::default(),
+            core: Config::default(),
+            payload_budget: 256 << 20,
+            max_connections: 4096,
+            optimizer: Some(DriverConfig::default()),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the scheduler could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The endpoint could not be set up.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// The optimizer thread could not start.
+    #[error("cannot start the optimizer thread: {0}")]
+    Optimizer(std::io::Error),
+}
+
+/// Counters of the daemon itself, beside the core's.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Tasks answered "retry locally" because the payload budget was spent.
+    pub over_budget: AtomicU64,
+    /// Connections refused (version, role, busy, malformed hello).
+    pub refused: AtomicU64,
+}
+
+/// What every connection task shares.
+pub(crate) struct State {
+    pub(crate) scheduler: Scheduler<NetJob>,
+    pub(crate) budget: Budget,
+    pub(crate) id: u128,
+    pub(crate) started: Instant,
+    pub(crate) optimizer: Option<OptimizerThread>,
+    pub(crate) counters: ServerCounters,
+    /// Flips to true when shutdown begins.
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl State {
+    /// Control streams carry small frames only; payloads above
+    /// [`INLINE_PAYLOAD_MAX`] travel on their own streams.
+    pub(crate) fn control_stream() -> StreamOptions {
+        StreamOptions { limits: Limits { max_header: Limits::DEFAULT.max_header, max_payload: INLINE_PAYLOAD_MAX as u64 }, writer_queue: 1024 }
+    }
+}
+
+/// A bound scheduler, ready to serve.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    state: Arc<State>,
+    shutdown_tx: watch::Sender<bool>,
+    max_connections: usize,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.endpoint.local_addr().ok()).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds the endpoint and starts the optimizer thread.
+    ///
+    /// # Errors
+    /// [`ServerError`] when the address cannot be bound or the thread not started.
+    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let endpoint = net::server_endpoint(config.listen, &config.identity, &config.transport)?;
+        let scheduler = Scheduler::new(config.core);
+        let optimizer = match config.optimizer {
+            Some(driver) => {
+                let ratio: HitRatio = Arc::new(|| 0.0);
+                Some(OptimizerThread::spawn(scheduler.clone(), driver, ratio).map_err(ServerError::Optimizer)?)
+            }
+            None => None,
+        };
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let state = Arc::new(State {
+            scheduler,
+            budget: Budget::new(config.payload_budget),
+            id: random_id(),
+            started: Instant::now(),
+            optimizer,
+            counters: ServerCounters::default(),
+            shutdown,
+        });
+        Ok(Server { endpoint, state, shutdown_tx, max_connections: config.max_connections, grace: config.shutdown_grace })
+    }
+
+    /// The address it listens on (port 0 resolved).
+    ///
+    /// # Errors
+    /// When the socket cannot say.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// The core, for status and tests.
+    pub fn scheduler(&self) -> &Scheduler<NetJob> {
+        &self.state.scheduler
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down as the module doc says.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Server { endpoint, state, shutdown_tx, max_connections, grace } = self;
+        let permits = Arc::new(Semaphore::new(max_connections));
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
+        loop {
+            tokio::select! {
+                incoming = endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    let state = state.clone();
+                    let permit = permits.clone().try_acquire_owned().ok();
+                    connections.spawn(async move {
+                        handle(state, incoming, permit.is_some()).await;
+                        drop(permit);
+                    });
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                () = &mut shutdown => break,
+            }
+        }
+        tracing::info!("scheduler shutting down");
+        let _ = shutdown_tx.send(true);
+        state.scheduler.shutdown();
+        let deadline = tokio::time::Instant::now() + grace;
+        while in_flight(&state.scheduler) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        net::shutdown(&endpoint, CloseReason::Shutdown).await;
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+/// Tasks submitted and not yet ended, across connected consumerds.
+fn in_flight(scheduler: &Scheduler<NetJob>) -> u64 {
+    scheduler.consumerds().iter().map(|c| c.in_flight).sum()
+}
+
+/// Binds and serves until `shutdown` resolves.
+///
+/// # Errors
+/// As [`Server::bind`].
+pub async fn run(config: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    Server::bind(config)?.serve(shutdown).await;
+    Ok(())
+}
+
+/// One connection: TLS, the handshake, the role check, then its session.
+async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
+    let Ok(conn) = net::accept(incoming).await else {
+        return; // the net layer logged why
+    };
+    let peer = conn.remote_address();
+    let (outcome, hs) = match net::accept_hello(&conn, net::HANDSHAKE_TIMEOUT).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "no usable hello");
+            state.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let hello = match outcome {
+        HelloOutcome::Incompatible(refusal) => {
+            tracing::warn!(%peer, %refusal, "refused");
+            state.counters.refused.fetch_add(1, Ordering::Relaxed);
+            let _ = hs.refuse(refusal).await;
+            return;
+        }
+        HelloOutcome::Hello(hello) => hello,
+    };
+    let refuse = |kind, reason: String| Refusal { kind, ours: PROTOCOL_VERSION, theirs: hello.version, reason };
+    let refusal = if !admitted {
+        Some(refuse(RefusalKind::Busy, "the scheduler is at its connection limit".into()))
+    } else if *state.shutdown.borrow() {
+        Some(refuse(RefusalKind::ShuttingDown, "the scheduler is shutting down".into()))
+    } else {
+        match net::verify_role(&conn, &hello) {
+            Ok(_) => None,
+            Err(r) => Some(r),
+        }
+    };
+    if let Some(refusal) = refusal {
+        tracing::warn!(%peer, role = %hello.body.role, %refusal, "refused");
+        state.counters.refused.fetch_add(1, Ordering::Relaxed);
+        let _ = hs.refuse(refusal).await;
+        return;
+    }
+    let span = tracing::info_span!("peer", %peer, role = %hello.body.role, node = %format_args!("{:08x}", hello.body.node_id as u32));
+    match hello.body.role {
+        Role::Consumerd => consumerd::serve(state, conn, hello, hs).instrument(span).await,
+        Role::Agent => agent::serve(state, conn, hello, hs).instrument(span).await,
+        Role::Admin => admin::serve(state, conn, hs).instrument(span).await,
+    }
+}
+
+/// A random 128-bit node id from the OS.
+pub fn random_id() -> u128 {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to time and pid, unique enough for an id.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return now.as_nanos() ^ (u128::from(std::process::id()) << 96);
+    }
+    u128::from_le_bytes(bytes)
+}
+
+/// The `PeerInfo` the core keeps for a hello.
+pub(crate) fn peer_info(hello: &ccroute_wire::Hello) -> super::PeerInfo {
+    super::PeerInfo { node_id: hello.body.node_id, host_name: hello.body.host_name.clone() }
+}
