@@ -1,5 +1,8 @@
-//! The agent: toolchain discovery, the CPU sampler, and CPU-limited cgroups.
+//! The agent: toolchain discovery, the compile executor, the CPU sampler,
+//! and CPU-limited cgroups.
 
 pub mod cgroup;
+#[cfg(feature = "daemon")]
+pub mod executor;
 pub mod sampler;
 pub mod toolchain;

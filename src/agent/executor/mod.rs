@@ -1,0 +1,527 @@
+//! The agent's compile executor: runs one received task and produces the
+//! [`ResultHeader`] and object payload to send back.
+//!
+//! [`Executor::run`] takes an [`ExecTask`] (toolchain key, encoded
+//! [`TaskSpec`], compressed source) and returns an [`ExecResult`]. In order:
+//! decode the spec; look up the toolchain; check the spec against
+//! [`cc::validate`] — a refusal is an [`Outcome::InternalError`] with the
+//! refusal's message, and nothing has been written or run; decompress the
+//! source within [`ExecLimits::max_source_bytes`]; lay the compile out in a
+//! fresh task directory under the scratch root ([`cc::agent_command`]); run
+//! the compiler in its own process group (module `process`); read back the
+//! object within [`ExecLimits::max_object_bytes`]; remove the task
+//! directory, on every path. Exit 0 is [`Outcome::Success`], another exit status
+//! [`Outcome::CompileFailed`] with the compiler's output (its scratch paths
+//! turned back into the user's), anything else — a signal, a limit, a
+//! cancel, the time limit — an [`Outcome::InternalError`] saying what, after
+//! which the consumerd compiles locally.
+//!
+//! The compiler's environment is `PATH` (the agent's) and `TMPDIR` (inside
+//! the task directory, so that gcc's temporary files go away with it)
+//! and nothing else: no `LANG` or `LC_*`, since a [`TaskSpec`] does not carry
+//! the consumerd's locale. Diagnostics are therefore in the C locale (plain
+//! quotes, English), as a local compile with the locale unset would print
+//! them.
+//!
+//! The built-in test toolchain ([`crate::agent::toolchain::test_toolchain`])
+//! runs no process: its object is [`test_object`] of the source, after
+//! `-sleep=<ms>` in the spec's arguments (waited, cancellable) if there is
+//! one.
+//!
+//! Concurrency: [`Executor::run`] is called from many tasks at once; it
+//! takes no lock shared between tasks. The toolchain table is read through
+//! an `ArcSwap`. [`Executor::running`] counts the tasks inside `run`. Each
+//! running compiler holds one thread of tokio's blocking pool (waiting for
+//! it), so the runtime's `max_blocking_threads` (512 by default) must stay
+//! above the agent's task limit.
+//!
+//! Left out: the network (the caller sends the result and fills in
+//! `task_id`), resource limits other than time and sizes, and per-task
+//! cgroups.
+
+mod process;
+mod scratch;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use ccroute_wire::codec::decode_spec;
+use ccroute_wire::payload::{compress, decompress};
+use ccroute_wire::{DecodeError, Outcome, PayloadInfo, ResultHeader, TaskSpec, ToolchainKey};
+use tempfile::TempDir;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::toolchain::test_toolchain;
+use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
+
+pub use scratch::ROOT_PREFIX;
+
+/// First line of every test-toolchain object.
+pub const TEST_OBJECT_MAGIC: &[u8] = b"ccroute-test-object\n";
+
+/// Sources up to this size are decompressed on the runtime thread; larger
+/// ones on the blocking pool.
+const INLINE_DECOMPRESS: u64 = 64 << 10;
+
+/// Size and time bounds of one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecLimits {
+    /// Largest decompressed source accepted.
+    pub max_source_bytes: u64,
+    /// Largest object read back.
+    pub max_object_bytes: u64,
+    /// Longest a task may take, from the call to `run` to its result.
+    pub time_limit: Duration,
+    /// Most bytes kept of each of the compiler's stdout and stderr; a
+    /// compiler that writes more is killed and the task is an internal
+    /// error (the consumerd then compiles locally and shows all of it).
+    pub max_output_bytes: u64,
+}
+
+impl Default for ExecLimits {
+    fn default() -> Self {
+        ExecLimits {
+            max_source_bytes: 256 << 20,
+            max_object_bytes: 256 << 20,
+            time_limit: Duration::from_secs(10 * 60),
+            max_output_bytes: 4 << 20,
+        }
+    }
+}
+
+/// How to build an [`Executor`].
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// The directory the scratch root is made in (created if missing).
+    pub scratch_parent: PathBuf,
+    /// The compilers offered, by toolchain key.
+    pub toolchains: HashMap<ToolchainKey, PathBuf>,
+    /// Whether the built-in test toolchain is offered too.
+    pub offer_test_toolchain: bool,
+    /// Bounds of each task.
+    pub limits: ExecLimits,
+}
+
+impl Default for ExecutorConfig {
+    /// The system temp dir, no compilers, the test toolchain, default limits.
+    fn default() -> Self {
+        ExecutorConfig {
+            scratch_parent: std::env::temp_dir(),
+            toolchains: HashMap::new(),
+            offer_test_toolchain: true,
+            limits: ExecLimits::default(),
+        }
+    }
+}
+
+impl ExecutorConfig {
+    /// Adds a compiler, offered under `key`.
+    pub fn with_toolchain(mut self, key: ToolchainKey, compiler: impl Into<PathBuf>) -> Self {
+        self.toolchains.insert(key, compiler.into());
+        self
+    }
+
+    /// Replaces the limits.
+    pub fn with_limits(mut self, limits: ExecLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// Why an executor could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The scratch root could not be created.
+    #[error("cannot create a scratch root in {parent}: {source}")]
+    Scratch {
+        /// The directory it was to be made in.
+        parent: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The scratch root's path cannot be used in a compiler's prefix map.
+    #[error("scratch root {0:?} must be an absolute UTF-8 path without '='")]
+    BadScratch(PathBuf),
+}
+
+/// One task as the agent received it.
+#[derive(Debug, Clone)]
+pub struct ExecTask {
+    /// Which compiler.
+    pub toolchain: ToolchainKey,
+    /// An encoded [`TaskSpec`].
+    pub spec: Bytes,
+    /// Describes `source`.
+    pub payload: PayloadInfo,
+    /// The preprocessed source, as it came off the wire.
+    pub source: Bytes,
+}
+
+/// What to send back for a task.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    /// The result; `task_id` is 0, for the caller to fill in.
+    pub header: ResultHeader,
+    /// The object, compressed as `header.payload` says (empty unless the
+    /// outcome is [`Outcome::Success`]).
+    pub object: Bytes,
+}
+
+impl ExecResult {
+    fn internal_error(why: String) -> Self {
+        ExecResult { header: ResultHeader::bare(0, Outcome::InternalError(why)), object: Bytes::new() }
+    }
+}
+
+/// Why a task was not compiled; its message becomes the
+/// [`Outcome::InternalError`] the consumerd logs.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TaskError {
+    #[error("malformed task spec: {0}")]
+    MalformedSpec(String),
+    #[error("toolchain {0} is not offered by this agent")]
+    UnknownToolchain(ToolchainKey),
+    #[error("{0}")]
+    Refused(RefusedArg),
+    #[error("invalid test-toolchain argument {0:?}: expected -sleep=<milliseconds>")]
+    BadSleep(String),
+    #[error("source payload: {0}")]
+    Source(DecodeError),
+    #[error("cannot create a task directory in {root}: {source}")]
+    TaskDir { root: PathBuf, source: io::Error },
+    #[error("{0}")]
+    Setup(AgentSetupError),
+    #[error("cannot start compiler {path}: {source}")]
+    Spawn { path: PathBuf, source: io::Error },
+    #[error("waiting for the compiler: {0}")]
+    Wait(io::Error),
+    #[error("reading the compiler's {stream}: {source}")]
+    Read { stream: &'static str, source: io::Error },
+    #[error("compiler {stream} exceeds the limit of {max} bytes")]
+    OutputTooLarge { stream: &'static str, max: u64 },
+    #[error("compiler killed by signal {signal} ({name})")]
+    Signaled { signal: i32, name: &'static str },
+    #[error("compiler exited 0 but its object cannot be read: {0}")]
+    NoObject(io::Error),
+    #[error("object of {len} bytes exceeds limit {max}")]
+    ObjectTooLarge { len: u64, max: u64 },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
+    #[error("executor task failed: {0}")]
+    Join(tokio::task::JoinError),
+}
+
+impl TaskError {
+    fn malformed(e: DecodeError) -> Self {
+        TaskError::MalformedSpec(match e {
+            DecodeError::Malformed { detail, .. } => detail,
+            other => other.to_string(),
+        })
+    }
+}
+
+/// Runs compiles for the agent. See the module docs.
+#[derive(Debug)]
+pub struct Executor {
+    root: scratch::Root,
+    toolchains: ArcSwap<HashMap<ToolchainKey, PathBuf>>,
+    test_key: Option<ToolchainKey>,
+    limits: ExecLimits,
+    path_env: Option<OsString>,
+    running: AtomicU32,
+}
+
+impl Executor {
+    /// Creates the scratch root (removing those of dead agents next to it).
+    ///
+    /// # Errors
+    /// When the scratch root cannot be created or used.
+    pub fn new(config: ExecutorConfig) -> Result<Executor, ExecutorError> {
+        let root = scratch::create_root(&config.scratch_parent)?;
+        tracing::info!(scratch = %root.path.display(), toolchains = config.toolchains.len(), "executor ready");
+        Ok(Executor {
+            root,
+            toolchains: ArcSwap::from_pointee(config.toolchains),
+            test_key: config.offer_test_toolchain.then(|| test_toolchain().key()),
+            limits: config.limits,
+            path_env: std::env::var_os("PATH"),
+            running: AtomicU32::new(0),
+        })
+    }
+
+    /// The directory task directories are made in; removed when the executor drops.
+    pub fn scratch_root(&self) -> &Path {
+        &self.root.path
+    }
+
+    /// Tasks inside [`Executor::run`] now.
+    pub fn running(&self) -> u32 {
+        // Relaxed: a gauge for the CPU sampler; nothing is published through it.
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Whether tasks of `key` can run here.
+    pub fn offers(&self, key: ToolchainKey) -> bool {
+        self.test_key == Some(key) || self.toolchains.load().contains_key(&key)
+    }
+
+    /// Replaces the compilers offered (tasks already running keep theirs).
+    pub fn set_toolchains(&self, toolchains: HashMap<ToolchainKey, PathBuf>) {
+        self.toolchains.store(Arc::new(toolchains));
+    }
+
+    /// Runs one task to its result. Never fails: whatever stops the compile
+    /// is an [`Outcome::InternalError`] naming it. `cancel` ends it early
+    /// with `InternalError("cancelled")`, after the compiler's process
+    /// group is killed and its task directory removed.
+    pub async fn run(&self, task: ExecTask, cancel: CancellationToken) -> ExecResult {
+        let _running = RunningGuard::enter(&self.running);
+        let limit = self.limits.time_limit;
+        let now = Instant::now();
+        // A limit too large to add is as good as none: thirty years.
+        let deadline = now.checked_add(limit).unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
+        let stop = Stop { cancel: &cancel, deadline, limit };
+        let toolchain = task.toolchain;
+        match self.execute(task, &stop).await {
+            Ok(result) => {
+                tracing::debug!(%toolchain, outcome = ?result.header.outcome, cpu_us = result.header.cpu_time_us, "task done");
+                result
+            }
+            Err(e) => {
+                tracing::debug!(%toolchain, error = %e, "task not compiled");
+                ExecResult::internal_error(e.to_string())
+            }
+        }
+    }
+
+    async fn execute(&self, task: ExecTask, stop: &Stop<'_>) -> Result<ExecResult, TaskError> {
+        let spec = decode_spec(&task.spec).map_err(TaskError::malformed)?;
+        if self.test_key == Some(task.toolchain) {
+            return self.run_test(spec, &task, stop).await;
+        }
+        let compiler =
+            self.toolchains.load().get(&task.toolchain).cloned().ok_or(TaskError::UnknownToolchain(task.toolchain))?;
+        cc::validate(&spec).map_err(TaskError::Refused)?;
+        stop.check()?;
+
+        let root = self.root.path.clone();
+        let max_source = self.limits.max_source_bytes;
+        let prepared = tokio::task::spawn_blocking(move || {
+            prepare(&root, &spec, &compiler, &task.payload, &task.source, max_source)
+        })
+        .await
+        .map_err(TaskError::Join)??;
+
+        let mut env = vec![(OsString::from("TMPDIR"), prepared.tmp.clone().into_os_string())];
+        if let Some(path) = &self.path_env {
+            env.push(("PATH".into(), path.clone()));
+        }
+        let launch = process::Launch {
+            program: &prepared.cmd.program,
+            args: &prepared.cmd.args,
+            cwd: &prepared.cmd.cwd,
+            env: &env,
+            max_output: self.limits.max_output_bytes,
+        };
+        let finished = match stop.check() {
+            Ok(()) => process::run(&launch, stop.fired()).await,
+            Err(e) => Err(e),
+        };
+        let max_object = self.limits.max_object_bytes;
+        tokio::task::spawn_blocking(move || {
+            let result = finished.and_then(|f| conclude(&prepared.cmd, f, max_object));
+            if let Err(e) = prepared.dir.close() {
+                tracing::warn!(error = %e, "cannot remove a task directory");
+            }
+            result
+        })
+        .await
+        .map_err(TaskError::Join)?
+    }
+
+    /// The test toolchain: no process, no files.
+    async fn run_test(&self, spec: TaskSpec, task: &ExecTask, stop: &Stop<'_>) -> Result<ExecResult, TaskError> {
+        let mut sleep = None;
+        let mut args = Vec::with_capacity(spec.args.len());
+        for arg in spec.args {
+            match arg.strip_prefix("-sleep=") {
+                Some(ms) => sleep = Some(ms.parse::<u64>().map_err(|_| TaskError::BadSleep(arg.clone()))?),
+                None => args.push(arg),
+            }
+        }
+        // Checked although nothing runs, so that it costs what a real task costs.
+        cc::validate(&TaskSpec { args, ..spec }).map_err(TaskError::Refused)?;
+        let max = self.limits.max_source_bytes;
+        let source = if task.payload.raw_len <= INLINE_DECOMPRESS {
+            decompress(&task.payload, &task.source, max).map_err(TaskError::Source)?
+        } else {
+            let (info, wire) = (task.payload, task.source.clone());
+            tokio::task::spawn_blocking(move || decompress(&info, &wire, max))
+                .await
+                .map_err(TaskError::Join)?
+                .map_err(TaskError::Source)?
+        };
+        if let Some(ms) = sleep {
+            tokio::select! {
+                biased;
+                e = stop.fired() => return Err(e),
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+            }
+        }
+        let (wire, info) = compress(&test_object(&source));
+        let header = ResultHeader {
+            task_id: 0,
+            outcome: Outcome::Success,
+            exit_status: 0,
+            stdout: Bytes::new(),
+            stderr: Bytes::new(),
+            cpu_time_us: 0,
+            payload: info,
+        };
+        Ok(ExecResult { header, object: wire.into() })
+    }
+}
+
+/// The object the test toolchain produces for `source`: [`TEST_OBJECT_MAGIC`],
+/// then the blake3 of the source in hex and a newline.
+pub fn test_object(source: &[u8]) -> Vec<u8> {
+    let mut out = TEST_OBJECT_MAGIC.to_vec();
+    out.extend_from_slice(blake3::hash(source).to_hex().as_bytes());
+    out.push(b'\n');
+    out
+}
+
+/// A compile laid out in its task directory.
+#[derive(Debug)]
+struct Prepared {
+    dir: TempDir,
+    cmd: AgentCommand,
+    tmp: PathBuf,
+}
+
+/// Decompresses the source, makes the task directory and writes the inputs
+/// into it. Blocking.
+fn prepare(
+    root: &Path,
+    spec: &TaskSpec,
+    compiler: &Path,
+    payload: &PayloadInfo,
+    wire: &[u8],
+    max_source: u64,
+) -> Result<Prepared, TaskError> {
+    let source = decompress(payload, wire, max_source).map_err(TaskError::Source)?;
+    let dir = scratch::task_dir(root).map_err(|source| TaskError::TaskDir { root: root.to_owned(), source })?;
+    let cmd = cc::agent_command(spec, compiler, dir.path()).map_err(TaskError::Setup)?;
+    cmd.write_inputs(&source).map_err(TaskError::Setup)?;
+    // Not a name the layout uses (`i`, `c`, `r`, `out.o`).
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp)
+        .map_err(|source| TaskError::Setup(AgentSetupError::Write { path: tmp.clone(), source }))?;
+    Ok(Prepared { dir, cmd, tmp })
+}
+
+/// Turns a finished compiler run into the result. Blocking (reads the object).
+fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result<ExecResult, TaskError> {
+    let code = match (f.status.code(), f.status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => return Err(TaskError::Signaled { signal, name: process::signal_name(signal) }),
+        (None, None) => return Err(TaskError::Wait(io::Error::other(format!("unexpected wait status {}", f.status)))),
+    };
+    let mut header = ResultHeader {
+        task_id: 0,
+        outcome: Outcome::CompileFailed,
+        exit_status: code,
+        stdout: cmd.rewrite_output(&f.stdout).into(),
+        stderr: cmd.rewrite_output(&f.stderr).into(),
+        cpu_time_us: f.cpu_time_us,
+        payload: PayloadInfo::EMPTY,
+    };
+    if code != 0 {
+        return Ok(ExecResult { header, object: Bytes::new() });
+    }
+    let object = read_object(&cmd.object_path, max_object)?;
+    let (wire, info) = compress(&object);
+    header.outcome = Outcome::Success;
+    header.payload = info;
+    Ok(ExecResult { header, object: wire.into() })
+}
+
+/// Reads the object, refusing one past `max` bytes without reading it all.
+fn read_object(path: &Path, max: u64) -> Result<Vec<u8>, TaskError> {
+    let file = std::fs::File::open(path).map_err(TaskError::NoObject)?;
+    let len = file.metadata().map_err(TaskError::NoObject)?.len();
+    if len > max {
+        return Err(TaskError::ObjectTooLarge { len, max });
+    }
+    let mut object = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // A file that grows after the size check is still cut at one byte past max.
+    file.take(max.saturating_add(1)).read_to_end(&mut object).map_err(TaskError::NoObject)?;
+    if object.len() as u64 > max {
+        return Err(TaskError::ObjectTooLarge { len: object.len() as u64, max });
+    }
+    Ok(object)
+}
+
+/// What ends a task early: its cancel token or its deadline.
+#[derive(Debug)]
+struct Stop<'a> {
+    cancel: &'a CancellationToken,
+    deadline: Instant,
+    limit: Duration,
+}
+
+impl Stop<'_> {
+    /// Resolves when the task is cancelled or out of time.
+    async fn fired(&self) -> TaskError {
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => TaskError::Cancelled,
+            () = tokio::time::sleep_until(self.deadline) => TaskError::TimedOut(self.limit),
+        }
+    }
+
+    /// An error if the task is already cancelled or out of time.
+    fn check(&self) -> Result<(), TaskError> {
+        if self.cancel.is_cancelled() {
+            Err(TaskError::Cancelled)
+        } else if Instant::now() >= self.deadline {
+            Err(TaskError::TimedOut(self.limit))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Counts a task in [`Executor::running`] while it lives.
+#[derive(Debug)]
+struct RunningGuard<'a>(&'a AtomicU32);
+
+impl<'a> RunningGuard<'a> {
+    fn enter(count: &'a AtomicU32) -> Self {
+        // Relaxed: see `Executor::running`.
+        count.fetch_add(1, Ordering::Relaxed);
+        RunningGuard(count)
+    }
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
