@@ -13,6 +13,8 @@ pub mod agent;
 pub mod cache;
 pub mod cc;
 #[cfg(feature = "daemon")]
+pub mod cli;
+#[cfg(feature = "daemon")]
 pub mod consumerd;
 #[cfg(feature = "daemon")]
 pub mod net;

@@ -3,6 +3,8 @@
 
 pub mod cgroup;
 #[cfg(feature = "daemon")]
+pub mod daemon;
+#[cfg(feature = "daemon")]
 pub mod executor;
 pub mod sampler;
 pub mod toolchain;

@@ -15,6 +15,7 @@
 
 mod dispatch;
 pub mod ipc;
+pub mod link;
 pub mod slots;
 
 use std::future::Future;

@@ -617,7 +617,12 @@ impl<T: Send + 'static> GatedFrames<T> {
 
 /// Reads the header of a payload stream, asks the gate, then reads or skips
 /// the payload.
-async fn read_gated_frame<T>(recv: RecvStream, peer: SocketAddr, limits: Limits, gate: GateFn<T>) -> Result<Gated<T>, NetError> {
+async fn read_gated_frame<T>(
+    recv: RecvStream,
+    peer: SocketAddr,
+    limits: Limits,
+    gate: GateFn<T>,
+) -> Result<Gated<T>, NetError> {
     let mut reader = FrameReader::new(recv, peer, limits);
     let Some(message) = reader.next_header().await? else {
         return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });

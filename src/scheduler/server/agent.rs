@@ -78,7 +78,9 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         readers.spawn(async move {
             while let Some(next) = uni.next().await {
                 let event = match next {
-                    Ok(g) => Event::Frame(Frame { message: g.message, payload: g.payload.unwrap_or_default() }, g.token),
+                    Ok(g) => {
+                        Event::Frame(Frame { message: g.message, payload: g.payload.unwrap_or_default() }, g.token)
+                    }
                     Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
                     Err(e) => {
                         tracing::warn!(error = %e, "bad result stream");
@@ -144,7 +146,12 @@ fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) ->
     match frame.message {
         Message::TaskResult(header) => {
             if frame.payload.len() as u64 != header.payload.len {
-                return Err(format!("result {} declares {} bytes and carries {}", header.task_id, header.payload.len, frame.payload.len()));
+                return Err(format!(
+                    "result {} declares {} bytes and carries {}",
+                    header.task_id,
+                    header.payload.len,
+                    frame.payload.len()
+                ));
             }
             let reservation = match ticket {
                 Ticket::Reserved(r) => Some(Arc::new(r)),

@@ -225,7 +225,12 @@ async fn submit(
     reservation: Option<Reservation>,
 ) -> Result<(), String> {
     if payload.len() as u64 != header.payload.len {
-        return Err(format!("task {} declares {} payload bytes and carries {}", header.task_id, header.payload.len, payload.len()));
+        return Err(format!(
+            "task {} declares {} payload bytes and carries {}",
+            header.task_id,
+            header.payload.len,
+            payload.len()
+        ));
     }
     let (client_id, toolchain) = (header.task_id, header.toolchain);
     match session.submit(client_id, toolchain, TaskBody { header, payload, reservation }) {

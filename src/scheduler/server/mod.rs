@@ -115,7 +115,10 @@ impl State {
     /// Control streams carry small frames only; payloads above
     /// [`INLINE_PAYLOAD_MAX`] travel on their own streams.
     pub(crate) fn control_stream() -> StreamOptions {
-        StreamOptions { limits: Limits { max_header: Limits::DEFAULT.max_header, max_payload: INLINE_PAYLOAD_MAX as u64 }, writer_queue: 1024 }
+        StreamOptions {
+            limits: Limits { max_header: Limits::DEFAULT.max_header, max_payload: INLINE_PAYLOAD_MAX as u64 },
+            writer_queue: 1024,
+        }
     }
 }
 
@@ -159,7 +162,13 @@ impl Server {
             counters: ServerCounters::default(),
             shutdown,
         });
-        Ok(Server { endpoint, state, shutdown_tx, max_connections: config.max_connections, grace: config.shutdown_grace })
+        Ok(Server {
+            endpoint,
+            state,
+            shutdown_tx,
+            max_connections: config.max_connections,
+            grace: config.shutdown_grace,
+        })
     }
 
     /// The address it listens on (port 0 resolved).

@@ -1,0 +1,260 @@
+//! The agent daemon: connects to the scheduler, runs what it is given,
+//! reports its CPU every second.
+//!
+//! One long-lived QUIC connection, re-established with backoff (0.5 s, ×√2,
+//! at most 5 s, with jitter) for as long as the agent runs. Each task runs in
+//! its own scratch directory through the [`Executor`] (allow-list first,
+//! nothing written or run before it passes); a cancel from the scheduler
+//! kills the compiler's process group and still answers, so that its token
+//! comes back. When the connection drops, every running compile is killed:
+//! the scheduler has already placed those tasks elsewhere.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ccroute_wire::{Frame, Hello, HelloBody, Message, ResultHeader, Role, TaskHeader, Toolchain, PROTOCOL_VERSION};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
+use super::sampler::CpuSampler;
+use super::toolchain::{discover, test_toolchain};
+use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The scheduler's address.
+    pub scheduler: SocketAddr,
+    /// The agent's certificate and the cluster CA.
+    pub identity: Arc<Identity>,
+    /// QUIC settings.
+    pub transport: TransportOptions,
+    /// The most compiles at once (`--jobs`; default: online CPUs).
+    pub jobs: u32,
+    /// Compilers to offer besides those found in `PATH`.
+    pub compilers: Vec<PathBuf>,
+    /// Whether to look in `PATH` for gcc, g++, cc, c++, clang, clang++.
+    pub discover: bool,
+    /// Whether to offer the no-op test toolchain.
+    pub test_toolchain: bool,
+    /// Where scratch directories are made.
+    pub scratch_parent: PathBuf,
+    /// This agent's node id.
+    pub node_id: u128,
+    /// This host's name.
+    pub host_name: String,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The scratch root could not be made.
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    /// Nothing to offer.
+    #[error("no compiler found to offer (looked in PATH and --compiler); nothing to do")]
+    NoToolchains,
+}
+
+/// Runs the agent until `shutdown` flips to true.
+///
+/// # Errors
+/// [`AgentError`] when it cannot start; connection trouble is retried, not returned.
+pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+    let (toolchains, paths) = offered(&config).await;
+    if toolchains.is_empty() {
+        return Err(AgentError::NoToolchains);
+    }
+    for t in &toolchains {
+        tracing::info!(toolchain = %t, key = %t.key(), "offering");
+    }
+    let executor = Arc::new(Executor::new(ExecutorConfig {
+        scratch_parent: config.scratch_parent.clone(),
+        toolchains: paths,
+        offer_test_toolchain: config.test_toolchain,
+        ..ExecutorConfig::default()
+    })?);
+    let mut sampler = CpuSampler::new();
+    let mut backoff = Duration::from_millis(500);
+    let mut last_error: Option<String> = None;
+    while !*shutdown.borrow() {
+        let started = Instant::now();
+        match connect(&config, &toolchains).await {
+            Ok((conn, writer, reader, limit)) => {
+                tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
+                last_error = None;
+                let lost = serve(&conn, writer, reader, &executor, &mut sampler, &mut shutdown).await;
+                match lost {
+                    Some(e) => tracing::warn!(scheduler = %config.scheduler, error = %e, "scheduler connection lost"),
+                    None => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if last_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(scheduler = %config.scheduler, error = %text, "cannot reach the scheduler; retrying");
+                    last_error = Some(text);
+                }
+            }
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(500);
+        }
+        let jitter = 1.0 + 0.25 * f64::from((crate::scheduler::server::random_id() % 1000) as u32) / 1000.0;
+        tokio::select! {
+            () = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            _ = shutdown.changed() => {}
+        }
+        backoff = backoff.mul_f64(std::f64::consts::SQRT_2).min(Duration::from_secs(5));
+    }
+    Ok(())
+}
+
+/// The toolchains to offer and the compiler behind each.
+async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire::ToolchainKey, PathBuf>) {
+    let discover_in_path = config.discover;
+    let extra = config.compilers.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        let path = if discover_in_path { std::env::var_os("PATH") } else { Some(std::ffi::OsString::new()) };
+        discover(path.as_deref(), &extra)
+    })
+    .await
+    .unwrap_or_default();
+    let mut toolchains = Vec::new();
+    let mut paths = HashMap::new();
+    for d in found {
+        if paths.insert(d.toolchain.key(), d.path).is_none() {
+            toolchains.push(d.toolchain);
+        }
+    }
+    if config.test_toolchain {
+        toolchains.push(test_toolchain());
+    }
+    (toolchains, paths)
+}
+
+async fn connect(
+    config: &AgentConfig,
+    toolchains: &[Toolchain],
+) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
+    let endpoint = net::client_endpoint(&config.identity, &config.transport, config.scheduler)?;
+    let conn = net::connect(&endpoint, config.scheduler).await?;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        body: HelloBody {
+            role: Role::Agent,
+            node_id: config.node_id,
+            host_name: config.host_name.clone(),
+            system: crate::consumerd::link::system_info(),
+            toolchains: toolchains.to_vec(),
+            usage_limit: config.jobs,
+        },
+    };
+    let (writer, reader, welcome) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    Ok((conn, writer, reader, welcome.limit))
+}
+
+/// Serves one connection. `None`: shutdown; `Some(e)`: the connection was lost.
+async fn serve(
+    conn: &quinn::Connection,
+    writer: net::FrameWriter,
+    mut reader: net::FrameReader,
+    executor: &Arc<Executor>,
+    sampler: &mut CpuSampler,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<String> {
+    let mut uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
+    let mut running: HashMap<u64, CancellationToken> = HashMap::new();
+    let mut compiles: JoinSet<(u64, ResultHeader, Bytes)> = JoinSet::new();
+    let mut senders = JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let lost = loop {
+        let frame: Frame = tokio::select! {
+            next = reader.next() => match next {
+                Ok(Some(f)) => f,
+                Ok(None) => break Some("the scheduler closed the control stream".to_string()),
+                Err(e) => break Some(e.to_string()),
+            },
+            next = uni.next() => match next {
+                Some(Ok(f)) => f,
+                Some(Err(e @ NetError::ConnectionLost { .. })) => break Some(e.to_string()),
+                None => break Some("connection ended".to_string()),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "bad task stream");
+                    continue;
+                }
+            },
+            Some(done) = compiles.join_next(), if !compiles.is_empty() => {
+                let Ok((id, mut header, object)) = done else { continue };
+                running.remove(&id);
+                header.task_id = id;
+                let message = Message::TaskResult(header);
+                if object.len() <= INLINE_PAYLOAD_MAX {
+                    if let Err(e) = writer.send(message, object).await {
+                        break Some(e.to_string());
+                    }
+                } else {
+                    let conn = conn.clone();
+                    senders.spawn(async move {
+                        if let Err(e) = net::send_on_new_stream(&conn, &message, object).await {
+                            tracing::debug!(error = %e, "result stream failed");
+                        }
+                    });
+                }
+                continue;
+            }
+            Some(_) = senders.join_next(), if !senders.is_empty() => continue,
+            _ = tick.tick() => {
+                let sample = sampler.sample(executor.running());
+                if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {
+                    break Some(e.to_string());
+                }
+                continue;
+            }
+            e = writer.failed() => break Some(e.to_string()),
+            _ = shutdown.changed() => break None,
+        };
+        match frame.message {
+            Message::Task(header) => start(executor, &mut running, &mut compiles, header, frame.payload),
+            Message::Cancel(c) => {
+                if let Some(token) = running.get(&c.task_id) {
+                    token.cancel();
+                }
+            }
+            Message::UsageLimit(u) => tracing::debug!(limit = u.limit, "token limit"),
+            other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
+        }
+    };
+    for token in running.values() {
+        token.cancel();
+    }
+    compiles.abort_all();
+    senders.abort_all();
+    lost
+}
+
+/// Starts one compile.
+fn start(
+    executor: &Arc<Executor>,
+    running: &mut HashMap<u64, CancellationToken>,
+    compiles: &mut JoinSet<(u64, ResultHeader, Bytes)>,
+    header: TaskHeader,
+    source: Bytes,
+) {
+    let id = header.task_id;
+    let token = CancellationToken::new();
+    running.insert(id, token.clone());
+    let executor = executor.clone();
+    let task = ExecTask { toolchain: header.toolchain, spec: header.spec, payload: header.payload, source };
+    compiles.spawn(async move {
+        let result = executor.run(task, token).await;
+        (id, result.header, result.object)
+    });
+}

@@ -1,0 +1,324 @@
+//! Raw flags (clap) and the settings they become.
+//!
+//! Each setting comes from its flag, else its `CCROUTE_*` environment
+//! variable, else `~/.config/ccroute/config.toml` (or
+//! `$XDG_CONFIG_HOME/ccroute/config.toml`), else a default:
+//!
+//! ```toml
+//! scheduler = "10.0.0.5:7300"   # agents, consumerds, status
+//! listen = "0.0.0.0:7300"       # the scheduler
+//! tls_dir = "/etc/ccroute/tls"  # everyone
+//! socket = "/run/user/1000/ccroute/consumerd.sock"
+//! local_jobs = 8                # the consumerd
+//! jobs = 32                     # an agent
+//! cache_dir = "/var/cache/ccroute"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+
+/// The scheduler's port when an address names none.
+pub const DEFAULT_PORT: u16 = 7300;
+
+/// ccroute: distributed C/C++ compiles. `ccroute <compiler> <args>…` runs
+/// one compile through the local consumerd.
+#[derive(Debug, Parser)]
+#[command(name = "ccroute", version, disable_help_subcommand = true)]
+pub struct Cli {
+    /// Log lines as JSON.
+    #[arg(long, global = true, env = "CCROUTE_LOG_JSON")]
+    pub log_json: bool,
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Certificates: a cluster CA and one certificate per role.
+    Certs {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: CertsAction,
+    },
+    /// Run the scheduler.
+    Scheduler(SchedulerArgs),
+    /// Run an agent.
+    Agent(AgentArgs),
+    /// Run the consumerd (normally started by the wrapper on demand).
+    Consumerd(ConsumerdArgs),
+    /// Ask the scheduler for routes, agents, consumerds and totals.
+    Status(StatusArgs),
+    /// Build the bundled sample project through a scheduler, two agents and a
+    /// consumerd on 127.0.0.1, twice.
+    Demo(DemoArgs),
+}
+
+/// `ccroute certs …`.
+#[derive(Debug, Subcommand)]
+pub enum CertsAction {
+    /// Write a CA and certificates for scheduler, agent, consumerd and admin.
+    Init {
+        /// Where to write them.
+        dir: PathBuf,
+        /// Replace an existing set.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// TLS settings every daemon shares.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// The directory `ccroute certs init` wrote.
+    #[arg(long, env = "CCROUTE_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
+}
+
+/// `ccroute scheduler`.
+#[derive(Debug, Args)]
+pub struct SchedulerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "CCROUTE_LISTEN")]
+    pub listen: Option<String>,
+    /// TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Payload bytes held in memory at most.
+    #[arg(long, env = "CCROUTE_PAYLOAD_BUDGET", default_value_t = 256 << 20)]
+    pub payload_budget: u64,
+    /// Keep every agent at its own limit instead of tuning it from CPU samples.
+    #[arg(long)]
+    pub no_optimizer: bool,
+    /// Seconds a silent peer has before it counts as lost.
+    #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
+    pub idle_timeout: f64,
+}
+
+/// `ccroute agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The scheduler's address.
+    #[arg(long, env = "CCROUTE_SCHEDULER")]
+    pub scheduler: Option<String>,
+    /// TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Compiles at once at most (default: online CPUs).
+    #[arg(long, short = 'j', env = "CCROUTE_JOBS")]
+    pub jobs: Option<u32>,
+    /// A compiler to offer besides those found in PATH (repeatable).
+    #[arg(long = "compiler")]
+    pub compilers: Vec<PathBuf>,
+    /// Do not look for compilers in PATH.
+    #[arg(long)]
+    pub no_discover: bool,
+    /// Also offer the no-op test toolchain (benches).
+    #[arg(long, env = "CCROUTE_TEST_TOOLCHAIN")]
+    pub test_toolchain: bool,
+}
+
+/// `ccroute consumerd`.
+#[derive(Debug, Args)]
+pub struct ConsumerdArgs {
+    /// The scheduler's address (none: compile everything locally).
+    #[arg(long, env = "CCROUTE_SCHEDULER")]
+    pub scheduler: Option<String>,
+    /// TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// The wrapper's socket.
+    #[arg(long, env = "CCROUTE_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Compiles run on this machine at once (default: CPUs).
+    #[arg(long, env = "CCROUTE_LOCAL_JOBS")]
+    pub local_jobs: Option<u32>,
+    /// Exit after this many seconds without wrappers (0: never).
+    #[arg(long)]
+    pub idle_exit: Option<u64>,
+}
+
+/// `ccroute status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The scheduler's address.
+    #[arg(long, env = "CCROUTE_SCHEDULER")]
+    pub scheduler: Option<String>,
+    /// TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ccroute demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The project to build (default: the sample bundled with ccroute).
+    #[arg(long)]
+    pub sample: Option<PathBuf>,
+    /// make's -j.
+    #[arg(long, short = 'j', default_value_t = 8)]
+    pub jobs: u32,
+    /// Each agent's --jobs (default: online CPUs).
+    #[arg(long)]
+    pub agent_jobs: Option<u32>,
+    /// The consumerd's local slots (default: 1, so that most compiles go remote).
+    #[arg(long, default_value_t = 1)]
+    pub local_jobs: u32,
+}
+
+/// What `config.toml` may say.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// See the module doc.
+    pub scheduler: Option<String>,
+    /// See the module doc.
+    pub listen: Option<String>,
+    /// See the module doc.
+    pub tls_dir: Option<PathBuf>,
+    /// See the module doc.
+    pub socket: Option<PathBuf>,
+    /// See the module doc.
+    pub local_jobs: Option<u32>,
+    /// See the module doc.
+    pub jobs: Option<u32>,
+    /// See the module doc.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Why settings are unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file exists but cannot be read or parsed.
+    #[error("cannot read {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// An address that is not `host:port` (or a bare host).
+    #[error("invalid address {value:?}: {reason}")]
+    Address {
+        /// What was given.
+        value: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// A setting that has no value anywhere.
+    #[error("no {what}: pass {flag}, set {env}, or put `{key} = ...` in {file}")]
+    Missing {
+        /// The setting.
+        what: &'static str,
+        /// Its flag.
+        flag: &'static str,
+        /// Its environment variable.
+        env: &'static str,
+        /// Its config-file key.
+        key: &'static str,
+        /// The config file.
+        file: String,
+    },
+}
+
+/// The config file's path.
+pub fn config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("ccroute").join("config.toml"))
+}
+
+/// Reads the config file; a missing file is an empty config.
+///
+/// # Errors
+/// [`ConfigError::File`] for an unreadable or malformed file.
+pub fn load_file() -> Result<FileConfig, ConfigError> {
+    let Some(path) = config_path() else { return Ok(FileConfig::default()) };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| ConfigError::File { path, reason: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
+        Err(e) => Err(ConfigError::File { path, reason: e.to_string() }),
+    }
+}
+
+/// `host:port`, `host` (port 7300), `[v6]:port`, resolved to one address.
+///
+/// # Errors
+/// [`ConfigError::Address`] when it neither parses nor resolves.
+pub fn parse_addr(value: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs;
+    let bad = |reason: String| ConfigError::Address { value: value.to_owned(), reason };
+    if let Ok(a) = value.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = value.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, DEFAULT_PORT));
+    }
+    let with_port = if value.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        value.to_owned()
+    } else {
+        format!("{value}:{DEFAULT_PORT}")
+    };
+    with_port.to_socket_addrs().map_err(|e| bad(e.to_string()))?.next().ok_or_else(|| bad("resolves to nothing".into()))
+}
+
+/// The TLS directory: flag or env, else the file, else `~/.config/ccroute/tls`.
+pub fn tls_dir(args: &TlsArgs, file: &FileConfig) -> PathBuf {
+    args.tls_dir
+        .clone()
+        .or_else(|| file.tls_dir.clone())
+        .or_else(|| config_path().and_then(|p| p.parent().map(|d| d.join("tls"))))
+        .unwrap_or_else(|| PathBuf::from("tls"))
+}
+
+/// The scheduler address for a client role, or the error that says where to set it.
+///
+/// # Errors
+/// [`ConfigError`] when it is missing or malformed.
+pub fn scheduler_addr(flag: Option<&String>, file: &FileConfig) -> Result<SocketAddr, ConfigError> {
+    let value = flag.cloned().or_else(|| file.scheduler.clone()).ok_or_else(|| ConfigError::Missing {
+        what: "scheduler address",
+        flag: "--scheduler ADDR",
+        env: "CCROUTE_SCHEDULER",
+        key: "scheduler",
+        file: config_path().map_or_else(|| "config.toml".into(), |p| p.display().to_string()),
+    })?;
+    parse_addr(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_with_and_without_ports() {
+        assert_eq!(parse_addr("127.0.0.1:9").unwrap().port(), 9);
+        assert_eq!(parse_addr("127.0.0.1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(parse_addr("[::1]:5").unwrap().port(), 5);
+        assert_eq!(parse_addr("localhost").unwrap().port(), DEFAULT_PORT);
+        let e = parse_addr("no such host.invalid:x").unwrap_err().to_string();
+        assert!(e.starts_with("invalid address"), "{e}");
+    }
+
+    #[test]
+    fn the_config_file_rejects_unknown_keys() {
+        let good: FileConfig = toml::from_str("scheduler = \"a:1\"\njobs = 4\n").unwrap();
+        assert_eq!(good.jobs, Some(4));
+        assert!(toml::from_str::<FileConfig>("schedular = \"a\"").is_err());
+    }
+
+    #[test]
+    fn a_missing_scheduler_says_where_to_set_it() {
+        let e = scheduler_addr(None, &FileConfig::default()).unwrap_err().to_string();
+        assert!(e.contains("--scheduler") && e.contains("CCROUTE_SCHEDULER"), "{e}");
+    }
+}

@@ -1,0 +1,281 @@
+//! The command line: which of ccroute's faces this process is, and the
+//! daemons' entry points.
+//!
+//! `main.rs` calls [`main`] with the raw arguments. `ccroute <subcommand>`
+//! parses flags (clap) into settings ([`args`]), installs logging, builds the
+//! runtime and runs the daemon with SIGINT/SIGTERM as its shutdown.
+//! Anything else is a compile for the wrapper: `ccroute gcc -c a.c`,
+//! `ccroute /usr/bin/cc ...` (CMake's launcher), or a masquerade symlink
+//! named like a compiler. The wrapper path starts no runtime and parses no
+//! flags: it runs once per compile.
+//!
+//! Errors are printed once, with their chain, as `ccroute: error: …`, and
+//! exit with status 2.
+
+pub mod args;
+pub mod demo;
+pub mod status;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::watch;
+
+use self::args::{AgentArgs, CertsAction, Cli, Command, ConsumerdArgs, SchedulerArgs};
+use crate::net::{tls, CertRole, TransportOptions};
+
+/// Subcommand names: an argument list starting with one of these is ours,
+/// anything else is a compiler.
+const SUBCOMMANDS: &[&str] = &["certs", "scheduler", "agent", "consumerd", "status", "demo"];
+
+/// The process entry point; returns the exit code.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let invoked_as = argv.first().map(|a| Path::new(a).file_name().unwrap_or(a.as_os_str()).to_owned());
+    let is_us = invoked_as.as_deref().is_some_and(|n| n.to_string_lossy().starts_with("ccroute"));
+    if !is_us {
+        // A masquerade symlink: argv[0] names the compiler.
+        return crate::wrapper::main(argv);
+    }
+    match argv.get(1).map(|a| a.to_string_lossy()) {
+        Some(first) if SUBCOMMANDS.contains(&first.as_ref()) || first.starts_with('-') => {}
+        Some(_) => return crate::wrapper::main(argv[1..].to_vec()),
+        None => {}
+    }
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            let mut msg = format!("ccroute: error: {e}");
+            let mut source = std::error::Error::source(&*e);
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("{msg}");
+            2
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn run(cli: Cli) -> Result<(), BoxError> {
+    // The demo prints its own report; its daemons only speak up about trouble.
+    let quiet = matches!(cli.command, Command::Demo(_) | Command::Status(_) | Command::Certs { .. });
+    init_logs(
+        cli.log_json,
+        if quiet {
+            tracing_subscriber::filter::LevelFilter::WARN
+        } else {
+            tracing_subscriber::filter::LevelFilter::INFO
+        },
+    );
+    match cli.command {
+        Command::Certs { action: CertsAction::Init { dir, force } } => {
+            tls::init(&dir, force)?;
+            println!(
+                "ccroute: wrote a cluster CA and scheduler, agent, consumerd and admin certificates to {}",
+                dir.display()
+            );
+            Ok(())
+        }
+        Command::Scheduler(a) => runtime(None)?.block_on(scheduler(a)),
+        Command::Agent(a) => {
+            let jobs = a.jobs.unwrap_or_else(online_cpus);
+            // Each running compile holds a blocking thread while it waits.
+            runtime(Some(jobs as usize + 16))?.block_on(agent(a, jobs))
+        }
+        Command::Consumerd(a) => runtime(None)?.block_on(consumerd(a)),
+        Command::Status(a) => runtime(None)?.block_on(status::run(a)),
+        Command::Demo(a) => runtime(None)?.block_on(demo::run(a)),
+    }
+}
+
+fn init_logs(json: bool, level: tracing_subscriber::filter::LevelFilter) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter: Targets = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(level).with_target("quinn", LevelFilter::WARN));
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = if json {
+        registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).try_init()
+    } else {
+        registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()
+    };
+}
+
+fn runtime(blocking: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if let Some(n) = blocking {
+        b.max_blocking_threads(n.max(64));
+    }
+    b.build()
+}
+
+/// Online CPUs of this host.
+pub fn online_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// This host's name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A receiver that flips to true on SIGINT or SIGTERM.
+pub fn signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+        tracing::info!("shutting down (signal)");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves when `rx` flips to true.
+pub async fn flipped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn load_identity(dir: &Path, role: CertRole) -> Result<crate::net::Identity, BoxError> {
+    tls::load(dir, role).map_err(|e| format!("{e} (create the certificates with `ccroute certs init DIR`)").into())
+}
+
+async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
+    let file = args::load_file()?;
+    let listen = args::parse_addr(
+        &a.listen.clone().or(file.listen.clone()).unwrap_or_else(|| format!("0.0.0.0:{}", args::DEFAULT_PORT)),
+    )?;
+    let identity = load_identity(&args::tls_dir(&a.tls, &file), CertRole::Scheduler)?;
+    let mut config = crate::scheduler::server::ServerConfig::new(listen, identity);
+    config.payload_budget = a.payload_budget;
+    config.transport = TransportOptions {
+        idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
+        ..TransportOptions::default()
+    };
+    if a.no_optimizer {
+        config.optimizer = None;
+    }
+    let server = crate::scheduler::server::Server::bind(config)?;
+    // Scripts and tests read the bound address (port 0 resolved) from here.
+    println!("ccroute scheduler listening on {}", server.local_addr()?);
+    server.serve(flipped(signals())).await;
+    Ok(())
+}
+
+async fn agent(a: AgentArgs, jobs: u32) -> Result<(), BoxError> {
+    let file = args::load_file()?;
+    let config = crate::agent::daemon::AgentConfig {
+        scheduler: args::scheduler_addr(a.scheduler.as_ref(), &file)?,
+        identity: Arc::new(load_identity(&args::tls_dir(&a.tls, &file), CertRole::Agent)?),
+        transport: TransportOptions::default(),
+        jobs: a.jobs.or(file.jobs).unwrap_or(jobs),
+        compilers: a.compilers,
+        discover: !a.no_discover,
+        test_toolchain: a.test_toolchain,
+        scratch_parent: std::env::temp_dir(),
+        node_id: crate::scheduler::server::random_id(),
+        host_name: host_name(),
+    };
+    crate::agent::daemon::run(config, signals()).await?;
+    Ok(())
+}
+
+async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
+    use crate::consumerd::{Config, Consumerd, NoRemote, Remote};
+    use crate::wrapper::socket::SocketPath;
+    let file = args::load_file()?;
+    let socket = match a.socket.clone().or(file.socket.clone()) {
+        Some(p) => SocketPath::explicit(p),
+        None => SocketPath::from_env(),
+    };
+    let mut config = Config::new(socket);
+    if let Some(n) = a.local_jobs.or(file.local_jobs) {
+        config.local_slots = n.max(1);
+    }
+    if let Some(s) = a.idle_exit {
+        config.idle_exit = Duration::from_secs(s);
+    } else if std::env::var_os(crate::wrapper::socket::SPAWNED_ENV).is_some() {
+        config.idle_exit = crate::consumerd::SPAWNED_IDLE_EXIT;
+    }
+    let daemon = Consumerd::bind(config)?;
+    let shutdown = signals();
+    let remote: Arc<dyn Remote> = match a.scheduler.as_ref().or(file.scheduler.as_ref()) {
+        None => {
+            tracing::info!("no scheduler configured: every compile runs locally");
+            Arc::new(NoRemote::new())
+        }
+        Some(addr) => {
+            let addr = args::parse_addr(addr)?;
+            match tls::load(&args::tls_dir(&a.tls, &file), CertRole::Consumerd) {
+                Ok(identity) => Arc::new(crate::consumerd::link::Link::start(
+                    link_config(addr, identity),
+                    daemon.stats(),
+                    shutdown.clone(),
+                )),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no consumerd certificate: every compile runs locally");
+                    Arc::new(NoRemote::new())
+                }
+            }
+        }
+    };
+    tracing::info!(socket = %daemon.socket_path().display(), "consumerd ready");
+    let ended = daemon.serve(remote, flipped(shutdown)).await;
+    tracing::info!(?ended, "consumerd stopped");
+    Ok(())
+}
+
+/// The consumerd's link settings.
+pub fn link_config(
+    scheduler: std::net::SocketAddr,
+    identity: crate::net::Identity,
+) -> crate::consumerd::link::LinkConfig {
+    crate::consumerd::link::LinkConfig {
+        scheduler,
+        identity: Arc::new(identity),
+        transport: TransportOptions::default(),
+        node_id: crate::scheduler::server::random_id(),
+        host_name: host_name(),
+    }
+}
+
+/// The sample project shipped with ccroute, when this binary was built from
+/// a checkout that still has it.
+pub fn bundled_sample() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
+    dir.join("Makefile").is_file().then_some(dir)
+}

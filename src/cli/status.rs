@@ -1,0 +1,182 @@
+//! `ccroute status`: asks the scheduler (as role admin) for a snapshot and
+//! prints it as tables, or as JSON with `--json`.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use ccroute_wire::{Hello, HelloBody, Message, Query, Reply, Role, StatusReport, PROTOCOL_VERSION};
+
+use super::args::{self, StatusArgs};
+use super::BoxError;
+use crate::net::{self, tls, CertRole, Identity, StreamOptions, TransportOptions};
+
+/// Runs `ccroute status`.
+pub(crate) async fn run(a: StatusArgs) -> Result<(), BoxError> {
+    let file = args::load_file()?;
+    let addr = args::scheduler_addr(a.scheduler.as_ref(), &file)?;
+    let identity = tls::load(&args::tls_dir(&a.tls, &file), CertRole::Admin)?;
+    let report = fetch(addr, &identity).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// Fetches one status report.
+///
+/// # Errors
+/// Connection, handshake or protocol failures, as sentences.
+pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport, BoxError> {
+    let endpoint = net::client_endpoint(identity, &TransportOptions::default(), addr)?;
+    let conn = net::connect(&endpoint, addr).await?;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        body: HelloBody {
+            role: Role::Admin,
+            node_id: crate::scheduler::server::random_id(),
+            host_name: super::host_name(),
+            system: crate::consumerd::link::system_info(),
+            toolchains: vec![],
+            usage_limit: 0,
+        },
+    };
+    let (writer, mut reader, _) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    writer.send(Message::Query(Query::Status), Bytes::new()).await?;
+    let frame = reader.next().await?.ok_or("the scheduler closed the stream without answering")?;
+    let report = match frame.message {
+        Message::Reply(reply) => match *reply {
+            Reply::Status(r) => r,
+        },
+        other => return Err(format!("the scheduler answered with a {}", other.name()).into()),
+    };
+    let _ = writer.finish().await;
+    conn.close(net::CloseReason::Done.code(), b"done");
+    endpoint.wait_idle().await;
+    Ok(report)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn short(node: u128) -> String {
+    format!("{:08x}", (node >> 96) as u32)
+}
+
+/// The report as text tables.
+pub fn render(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "scheduler {}  up {}s  payload {} of {}",
+        short(r.scheduler_id),
+        r.uptime_s,
+        bytes(r.payload_bytes),
+        bytes(r.payload_budget)
+    );
+    let _ = writeln!(out, "\nroutes");
+    let _ = writeln!(
+        out,
+        "  {:<12}  {:<36}  {:>6}  {:>10}  {:>6}",
+        "TOOLCHAIN", "COMPILER", "AGENTS", "CONSUMERDS", "QUEUED"
+    );
+    for route in &r.routes {
+        let what = route.description.as_ref().map_or_else(|| "?".into(), |t| t.to_string());
+        let _ = writeln!(
+            out,
+            "  {:<12}  {:<36}  {:>6}  {:>10}  {:>6}",
+            route.toolchain.to_string(),
+            what,
+            route.agents.len(),
+            route.consumerds.len(),
+            route.queued
+        );
+    }
+    let _ = writeln!(out, "\nagents");
+    let _ = writeln!(
+        out,
+        "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>5}  {:>9}  LAST DECISION",
+        "NODE", "HOST", "TOKENS", "LIMIT/MAX", "ASSIGNED", "DONE", "FAILED", "CPU", "THROTTLED"
+    );
+    for a in &r.agents {
+        let _ = writeln!(
+            out,
+            "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>4.0}%  {:>8.0}%  {}",
+            short(a.node_id),
+            a.host_name,
+            a.tokens_in_use,
+            format!("{}/{}", a.token_limit, a.max_limit),
+            a.assigned,
+            a.completed,
+            a.failed,
+            a.cpu_use * 100.0,
+            a.throttled * 100.0,
+            a.last_decision
+        );
+    }
+    let _ = writeln!(out, "\nconsumerds");
+    let _ = writeln!(
+        out,
+        "  {:<8}  {:<16}  {:>9}  {:>9}  {:>12}",
+        "NODE", "HOST", "SUBMITTED", "IN FLIGHT", "REMOTE LIMIT"
+    );
+    for c in &r.consumerds {
+        let _ = writeln!(
+            out,
+            "  {:<8}  {:<16}  {:>9}  {:>9}  {:>12}",
+            short(c.node_id),
+            c.host_name,
+            c.submitted,
+            c.in_flight,
+            c.remote_limit
+        );
+    }
+    let t = &r.totals;
+    let _ = writeln!(
+        out,
+        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again",
+        t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued
+    );
+    if let Some(cache) = &r.cache {
+        let _ = writeln!(
+            out,
+            "\ncache: hit ratio {:.0}%, {} deduplicated, {} poisoning attempts refused",
+            cache.hit_ratio * 100.0,
+            cache.deduplicated,
+            cache.poison_rejected
+        );
+        let _ = writeln!(
+            out,
+            "  {:<8}  {:>8}  {:>8}  {:>10}  {:>8}  {:>9}  {:>6}",
+            "TIER", "HITS", "MISSES", "BYTES", "ENTRIES", "EVICTIONS", "ERRORS"
+        );
+        for tier in &cache.tiers {
+            let _ = writeln!(
+                out,
+                "  {:<8}  {:>8}  {:>8}  {:>10}  {:>8}  {:>9}  {:>6}",
+                tier.name,
+                tier.hits,
+                tier.misses,
+                bytes(tier.bytes),
+                tier.entries,
+                tier.evictions,
+                tier.errors
+            );
+        }
+    }
+    out
+}

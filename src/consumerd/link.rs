@@ -1,0 +1,353 @@
+//! The consumerd's link to the scheduler: the [`Remote`] the local side
+//! sends its jobs through.
+//!
+//! One long-lived QUIC connection, re-established with exponential backoff
+//! (0.5 s, ×√2, at most 5 s, with jitter; reset after 10 s connected) for as
+//! long as the consumerd runs. While it is down the remote window is 0 and
+//! every job runs locally; a job in flight when it drops runs locally too.
+//!
+//! A job becomes a task: its toolchain key, its cache key (when the result
+//! may be cached), its encoded spec, and the preprocessed text compressed.
+//! The task is registered before it is sent (kubecc C1 registered after, and
+//! lost fast answers), and a job whose wrapper goes away is cancelled on the
+//! scheduler. Answers are matched by task id; anything but a compile result
+//! — no agent, agent lost, over budget — is "run it locally".
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ccroute_wire::{
+    cache_key, codec, payload, Cancel, Demand, Frame, Hello, HelloBody, Message, Outcome, ResultHeader, Role,
+    SystemInfo, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate, PROTOCOL_VERSION,
+};
+use tokio::sync::{oneshot, watch};
+
+use super::{BoxFuture, Compiled, Remote, RemoteJob, Stats};
+use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+
+/// The most bytes an object may decompress to.
+const MAX_OBJECT: u64 = 1 << 30;
+/// Texts larger than this are compressed off the async threads.
+const BLOCKING_COMPRESS: usize = 256 << 10;
+/// How often the demand is reported when it changed.
+const DEMAND_EVERY: Duration = Duration::from_millis(100);
+
+/// Where and how to reach the scheduler.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// The scheduler's address.
+    pub scheduler: SocketAddr,
+    /// The consumerd's certificate and the cluster CA.
+    pub identity: Arc<Identity>,
+    /// QUIC settings.
+    pub transport: TransportOptions,
+    /// This consumerd's node id.
+    pub node_id: u128,
+    /// This host's name.
+    pub host_name: String,
+}
+
+type Waiter = oneshot::Sender<Result<Compiled, String>>;
+
+struct Connected {
+    conn: quinn::Connection,
+    writer: net::FrameWriter,
+}
+
+struct Inner {
+    window: watch::Sender<u32>,
+    current: Mutex<Option<Arc<Connected>>>,
+    pending: Mutex<HashMap<u64, Waiter>>,
+    next_id: AtomicU64,
+    /// Toolchains seen in jobs, announced to each new connection.
+    toolchains: Mutex<Vec<Toolchain>>,
+    announced: Mutex<HashSet<ToolchainKey>>,
+}
+
+/// The link; cheap to clone.
+#[derive(Clone)]
+pub struct Link {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("window", &*self.inner.window.borrow()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Link {
+    /// Starts connecting (and reconnecting, until `shutdown` flips to true).
+    /// `stats` is the local side's, read to report demand.
+    pub fn start(config: LinkConfig, stats: Arc<Stats>, shutdown: watch::Receiver<bool>) -> Link {
+        let inner = Arc::new(Inner {
+            window: watch::Sender::new(0),
+            current: Mutex::new(None),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            toolchains: Mutex::new(Vec::new()),
+            announced: Mutex::new(HashSet::new()),
+        });
+        tokio::spawn(keep_connected(inner.clone(), config, stats, shutdown));
+        Link { inner }
+    }
+
+    /// Whether a connection is up now.
+    pub fn is_connected(&self) -> bool {
+        lock(&self.inner.current).is_some()
+    }
+}
+
+impl Remote for Link {
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { compile(inner, job).await })
+    }
+
+    fn window(&self) -> watch::Receiver<u32> {
+        self.inner.window.subscribe()
+    }
+}
+
+/// Unregisters a task and cancels it on the scheduler if its job is dropped
+/// before its answer came.
+struct Registration {
+    inner: Arc<Inner>,
+    id: u64,
+    conn: Arc<Connected>,
+    answered: bool,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        if lock(&self.inner.pending).remove(&self.id).is_some() {
+            let cancel = Message::Cancel(Cancel { task_id: self.id });
+            let _ = self.conn.writer.try_send(net::Outgoing::Frame { message: cancel, payload: Bytes::new() });
+        }
+    }
+}
+
+async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, String> {
+    let Some(conn) = lock(&inner.current).clone() else {
+        return Err("not connected to a scheduler".into());
+    };
+    let toolchain = job.toolchain.key();
+    announce(&inner, &conn, &job.toolchain).await;
+    let spec = codec::encode_spec(&job.spec);
+    let text = job.text;
+    let large = text.len() >= BLOCKING_COMPRESS;
+    let cacheable = job.cacheable;
+    let prepare = {
+        let spec = spec.clone();
+        move || {
+            let key = cacheable.then(|| cache_key(toolchain, &spec, &text));
+            let (packed, info) = payload::compress(&text);
+            (key, Bytes::from(packed), info)
+        }
+    };
+    let (key, packed, info) = if large {
+        tokio::task::spawn_blocking(prepare).await.map_err(|e| format!("compression failed: {e}"))?
+    } else {
+        prepare()
+    };
+    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = oneshot::channel();
+    // Registered before it is sent: the answer may come back at once.
+    lock(&inner.pending).insert(id, tx);
+    let mut registration = Registration { inner: inner.clone(), id, conn: conn.clone(), answered: false };
+    let header = TaskHeader { task_id: id, toolchain, cache_key: key, spec, payload: info };
+    let sent = if packed.len() <= INLINE_PAYLOAD_MAX {
+        conn.writer.send(Message::Task(header), packed).await
+    } else {
+        net::send_on_new_stream(&conn.conn, &Message::Task(header), packed).await
+    };
+    if let Err(e) = sent {
+        return Err(format!("sending the task failed: {e}"));
+    }
+    let answer = rx.await.unwrap_or_else(|_| Err("the scheduler connection was lost".into()));
+    registration.answered = true;
+    answer
+}
+
+/// Tells the scheduler about a toolchain the first time a job uses it, so
+/// that its routes list this consumerd.
+async fn announce(inner: &Inner, conn: &Connected, toolchain: &Toolchain) {
+    let key = toolchain.key();
+    if lock(&inner.announced).contains(&key) {
+        return;
+    }
+    let all = {
+        let mut list = lock(&inner.toolchains);
+        if !list.iter().any(|t| t.key() == key) {
+            list.push(toolchain.clone());
+        }
+        list.clone()
+    };
+    lock(&inner.announced).insert(key);
+    let _ = conn.writer.send(Message::ToolchainUpdate(ToolchainUpdate { toolchains: all }), Bytes::new()).await;
+}
+
+/// Turns a scheduler's result into what the local side wants.
+fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, String> {
+    match header.outcome {
+        Outcome::Success => {
+            let object =
+                payload::decompress(&header.payload, object, MAX_OBJECT).map_err(|e| format!("bad object: {e}"))?;
+            Ok(Compiled { exit_status: 0, stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) })
+        }
+        Outcome::CompileFailed => Ok(Compiled {
+            exit_status: header.exit_status,
+            stdout: header.stdout,
+            stderr: header.stderr,
+            object: Bytes::new(),
+        }),
+        Outcome::InternalError(why) => Err(format!("the agent could not compile it: {why}")),
+        Outcome::Defunct => Err("the agent was lost".into()),
+        Outcome::Retry(_, reason) => Err(reason.to_string()),
+    }
+}
+
+/// Connects, serves, and reconnects with backoff until shutdown.
+async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(500);
+    let mut last_error: Option<String> = None;
+    while !*shutdown.borrow() {
+        let started = Instant::now();
+        match connect(&inner, &config).await {
+            Ok((conn, reader, welcome_limit)) => {
+                tracing::info!(scheduler = %config.scheduler, limit = welcome_limit, "connected to the scheduler");
+                last_error = None;
+                inner.window.send_replace(welcome_limit);
+                tokio::select! {
+                    () = serve(&inner, &conn, reader, &stats) => {}
+                    _ = shutdown.changed() => {}
+                }
+                *lock(&inner.current) = None;
+                inner.window.send_replace(0);
+                lock(&inner.announced).clear();
+                let lost: Vec<Waiter> = lock(&inner.pending).drain().map(|(_, w)| w).collect();
+                for w in lost {
+                    let _ = w.send(Err("the scheduler connection was lost".into()));
+                }
+                conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
+                tracing::warn!(scheduler = %config.scheduler, "scheduler connection ended; compiling locally until it is back");
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if last_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(scheduler = %config.scheduler, error = %text, "cannot reach the scheduler; compiling locally");
+                    last_error = Some(text);
+                }
+            }
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(500);
+        }
+        let jitter = 1.0 + 0.25 * f64::from((crate::scheduler::server::random_id() % 1000) as u32) / 1000.0;
+        tokio::select! {
+            () = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            _ = shutdown.changed() => {}
+        }
+        backoff = (backoff.mul_f64(std::f64::consts::SQRT_2)).min(Duration::from_secs(5));
+    }
+}
+
+async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connected>, net::FrameReader, u32), NetError> {
+    let endpoint = net::client_endpoint(&config.identity, &config.transport, config.scheduler)?;
+    let conn = net::connect(&endpoint, config.scheduler).await?;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        body: HelloBody {
+            role: Role::Consumerd,
+            node_id: config.node_id,
+            host_name: config.host_name.clone(),
+            system: system_info(),
+            toolchains: lock(&inner.toolchains).clone(),
+            usage_limit: 0,
+        },
+    };
+    let (writer, reader, welcome) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    {
+        let mut announced = lock(&inner.announced);
+        announced.clear();
+        announced.extend(hello.body.toolchains.iter().map(Toolchain::key));
+    }
+    let connected = Arc::new(Connected { conn, writer });
+    *lock(&inner.current) = Some(connected.clone());
+    Ok((connected, reader, welcome.limit))
+}
+
+/// Reads answers and limits until the connection ends; reports demand.
+async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::FrameReader, stats: &Stats) {
+    let mut uni =
+        net::accept_frames(conn.conn.clone(), ccroute_wire::Limits { max_payload: MAX_OBJECT, ..Default::default() });
+    let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
+    let mut last_demand = u32::MAX;
+    loop {
+        let frame: Frame = tokio::select! {
+            next = reader.next() => match next {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "control stream ended");
+                    return;
+                }
+            },
+            next = uni.next() => match next {
+                Some(Ok(f)) => f,
+                Some(Err(NetError::ConnectionLost { .. })) | None => return,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "bad result stream");
+                    continue;
+                }
+            },
+            _ = demand_tick.tick() => {
+                let s = stats.snapshot();
+                let wanted = u32::try_from(s.waiting + s.remote_running).unwrap_or(u32::MAX - 1);
+                if wanted != last_demand {
+                    last_demand = wanted;
+                    if conn.writer.send(Message::Demand(Demand { wanted }), Bytes::new()).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            e = conn.writer.failed() => {
+                tracing::debug!(error = %e, "control stream failed");
+                return;
+            }
+        };
+        match frame.message {
+            Message::TaskResult(header) => {
+                let waiter = lock(&inner.pending).remove(&header.task_id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(to_compiled(header, &frame.payload));
+                }
+            }
+            Message::PreferredRemoteLimit(l) => {
+                inner.window.send_replace(l.limit);
+            }
+            other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
+        }
+    }
+}
+
+/// This host, for the hello.
+pub fn system_info() -> SystemInfo {
+    SystemInfo {
+        arch: std::env::consts::ARCH.into(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        memory_bytes: 0,
+    }
+}
