@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         args: rest.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect(),
         input_path: String::from_utf8_lossy(rest).into_owned(),
         cwd: (mode & 4 != 0).then(|| "/home/u/p".to_string()),
+        env: if mode & 8 != 0 { vec![("LANG".into(), String::from_utf8_lossy(rest).into_owned())] } else { vec![] },
     };
     if cc::validate(&spec).is_ok() {
         let _ = cc::agent_command(&spec, Path::new("/usr/bin/gcc"), Path::new("/tmp/scratch"));

@@ -146,12 +146,25 @@ pub fn validate(spec: &TaskSpec) -> Result<(), RefusedArg> {
         check_arg(arg).map_err(|why| refuse(arg, why))?;
     }
     check_input_path(&spec.input_path)?;
+    for (name, value) in &spec.env {
+        if !crate::cc::plan::DIAGNOSTIC_ENV.contains(&name.as_str()) {
+            return Err(refuse(name, "not an environment variable the agent passes on"));
+        }
+        if !env_value_ok(value) {
+            return Err(refuse(value, "environment value is not short printable ASCII"));
+        }
+    }
     if let Some(cwd) = &spec.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') {
             return Err(refuse(cwd, "cwd is not an absolute path"));
         }
     }
     Ok(())
+}
+
+/// An environment value the agent passes on: printable ASCII, at most 256 bytes.
+pub(crate) fn env_value_ok(v: &str) -> bool {
+    v.len() <= 256 && v.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
 /// A clean input path: not empty, no NUL, `..` only at the start of a
@@ -194,7 +207,12 @@ mod tests {
     use super::*;
 
     fn spec(args: &[&str], input: &str) -> TaskSpec {
-        TaskSpec { args: args.iter().map(|s| s.to_string()).collect(), input_path: input.to_owned(), cwd: None }
+        TaskSpec {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            input_path: input.to_owned(),
+            cwd: None,
+            env: vec![],
+        }
     }
 
     #[test]

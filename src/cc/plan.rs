@@ -150,9 +150,25 @@ fn plan(
     let preprocess_args = preprocess_args(family, &s);
     let mut remote = s.remote;
     remote.extend(s.remote_wp_macros);
-    let spec =
-        TaskSpec { args: remote, input_path: input.clone(), cwd: if s.debug { Some(cwd_string(cwd)?) } else { None } };
+    let spec = TaskSpec {
+        args: remote,
+        input_path: input.clone(),
+        cwd: if s.debug { Some(cwd_string(cwd)?) } else { None },
+        env: diagnostic_env(env),
+    };
     Ok(RemotePlan { family, preprocess_args, spec, input: cwd.join(&input), output: cwd.join(output_name), language })
+}
+
+/// The variables [`TaskSpec::env`] carries, when set: what the compiler's
+/// messages depend on.
+pub const DIAGNOSTIC_ENV: &[&str] = &["LANG", "LC_ALL", "LC_MESSAGES", "LC_CTYPE", "GCC_COLORS"];
+
+fn diagnostic_env(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<(String, String)> {
+    DIAGNOSTIC_ENV
+        .iter()
+        .filter_map(|k| env(k).and_then(|v| v.into_string().ok()).map(|v| ((*k).to_owned(), v)))
+        .filter(|(_, v)| super::allow::env_value_ok(v))
+        .collect()
 }
 
 /// The local run's arguments: the command's own (minus `-c` and `-o`) plus

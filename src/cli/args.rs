@@ -91,7 +91,8 @@ pub struct SchedulerArgs {
     /// Payload bytes held in memory at most.
     #[arg(long, env = "CCROUTE_PAYLOAD_BUDGET", default_value_t = 256 << 20)]
     pub payload_budget: u64,
-    /// Keep every agent at its own limit instead of tuning it from CPU samples.
+    /// Keep every agent at its own limit instead of tuning it from CPU
+    /// samples (consumerds' shares are still computed).
     #[arg(long)]
     pub no_optimizer: bool,
     /// Seconds a silent peer has before it counts as lost.
@@ -120,6 +121,9 @@ pub struct AgentArgs {
     /// Also offer the no-op test toolchain (benches).
     #[arg(long, env = "CCROUTE_TEST_TOOLCHAIN")]
     pub test_toolchain: bool,
+    /// The name `ccroute status` shows (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 /// `ccroute consumerd`.
@@ -140,6 +144,10 @@ pub struct ConsumerdArgs {
     /// Exit after this many seconds without wrappers (0: never).
     #[arg(long)]
     pub idle_exit: Option<u64>,
+    /// Send compiles remote while the scheduler's window has room, and run
+    /// locally only past it (default: local slots first).
+    #[arg(long, env = "CCROUTE_PREFER_REMOTE")]
+    pub prefer_remote: bool,
 }
 
 /// `ccroute status`.

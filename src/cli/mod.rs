@@ -187,7 +187,9 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         ..TransportOptions::default()
     };
     if a.no_optimizer {
-        config.optimizer = None;
+        if let Some(o) = config.optimizer.as_mut() {
+            o.tune_agents = false;
+        }
     }
     let server = crate::scheduler::server::Server::bind(config)?;
     // Scripts and tests read the bound address (port 0 resolved) from here.
@@ -208,7 +210,7 @@ async fn agent(a: AgentArgs, jobs: u32) -> Result<(), BoxError> {
         test_toolchain: a.test_toolchain,
         scratch_parent: std::env::temp_dir(),
         node_id: crate::scheduler::server::random_id(),
-        host_name: host_name(),
+        host_name: a.name.unwrap_or_else(host_name),
     };
     crate::agent::daemon::run(config, signals()).await?;
     Ok(())
@@ -226,6 +228,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     if let Some(n) = a.local_jobs.or(file.local_jobs) {
         config.local_slots = n.max(1);
     }
+    config.prefer_remote = a.prefer_remote;
     if let Some(s) = a.idle_exit {
         config.idle_exit = Duration::from_secs(s);
     } else if std::env::var_os(crate::wrapper::socket::SPAWNED_ENV).is_some() {

@@ -18,7 +18,7 @@ pub(crate) async fn run(a: StatusArgs) -> Result<(), BoxError> {
     let identity = tls::load(&args::tls_dir(&a.tls, &file), CertRole::Admin)?;
     let report = fetch(addr, &identity).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(&json(&report))?);
     } else {
         print!("{}", render(&report));
     }
@@ -56,6 +56,34 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
     conn.close(net::CloseReason::Done.code(), b"done");
     endpoint.wait_idle().await;
     Ok(report)
+}
+
+/// The report as JSON, with 128-bit ids as hex strings (JSON numbers would
+/// round them).
+pub fn json(r: &StatusReport) -> serde_json::Value {
+    // Through text: `to_value` refuses integers past u64, text takes them
+    // (as rounded floats, replaced below).
+    let mut v: serde_json::Value =
+        serde_json::to_string(r).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    let hex = |n: u128| serde_json::Value::String(format!("{n:032x}"));
+    let mut set = |pointer: String, value: serde_json::Value| {
+        if let Some(slot) = v.pointer_mut(&pointer) {
+            *slot = value;
+        }
+    };
+    set("/scheduler_id".into(), hex(r.scheduler_id));
+    for (i, route) in r.routes.iter().enumerate() {
+        set(format!("/routes/{i}/toolchain"), serde_json::Value::String(route.toolchain.to_string()));
+        set(format!("/routes/{i}/agents"), route.agents.iter().map(|n| hex(*n)).collect());
+        set(format!("/routes/{i}/consumerds"), route.consumerds.iter().map(|n| hex(*n)).collect());
+    }
+    for (i, a) in r.agents.iter().enumerate() {
+        set(format!("/agents/{i}/node_id"), hex(a.node_id));
+    }
+    for (i, c) in r.consumerds.iter().enumerate() {
+        set(format!("/consumerds/{i}/node_id"), hex(c.node_id));
+    }
+    v
 }
 
 fn bytes(n: u64) -> String {

@@ -93,7 +93,7 @@ impl Dispatcher {
         Dispatcher {
             remote,
             ipc,
-            slots: Slots::new(config.local_slots, 0),
+            slots: Slots::new(config.local_slots, 0).prefer_remote(config.prefer_remote),
             conns: HashMap::new(),
             toolchains: Arc::new(ToolchainCache::new()),
             work: JoinSet::new(),

@@ -121,6 +121,8 @@ pub struct Config {
     pub max_connections: usize,
     /// A remote compile that takes longer falls back to a local one.
     pub remote_timeout: Duration,
+    /// Grant remote slots before local ones.
+    pub prefer_remote: bool,
 }
 
 impl Config {
@@ -134,6 +136,7 @@ impl Config {
             idle_exit: Duration::ZERO,
             max_connections: 4096,
             remote_timeout: Duration::from_secs(600),
+            prefer_remote: false,
         }
     }
 }

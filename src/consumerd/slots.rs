@@ -4,7 +4,9 @@
 //!
 //! Requests are served in arrival order. A request takes a free local slot
 //! first, else a free remote slot (the window the scheduler publishes), else
-//! waits for whichever frees first. A request that was granted a remote slot
+//! waits for whichever frees first — or, when remote is preferred (a big
+//! farm and a small workstation), a remote slot first and a local one only
+//! while the window is full. A request that was granted a remote slot
 //! and falls back (the wrapper abandoned, or the remote compile failed) gives
 //! the remote slot back and waits for a local one at its original place in
 //! line, ahead of anything that arrived after it.
@@ -69,6 +71,7 @@ pub struct Slots {
     /// Waiting requests that need a local slot, by arrival.
     local_only: BTreeMap<u64, ConnId>,
     held: HashMap<ConnId, Held>,
+    prefer_remote: bool,
 }
 
 impl Slots {
@@ -83,7 +86,14 @@ impl Slots {
             any: BTreeMap::new(),
             local_only: BTreeMap::new(),
             held: HashMap::new(),
+            prefer_remote: false,
         }
+    }
+
+    /// Grants remote slots before local ones.
+    pub fn prefer_remote(mut self, yes: bool) -> Slots {
+        self.prefer_remote = yes;
+        self
     }
 
     /// A new request joins the line. A connection asks once; a second ask is ignored.
@@ -147,6 +157,14 @@ impl Slots {
 
     /// Grants every slot that can be granted now, oldest request first, into `out`.
     pub fn grant(&mut self, out: &mut Vec<(ConnId, Grant)>) {
+        if self.prefer_remote {
+            self.grant_remote(out);
+        }
+        self.grant_local(out);
+        self.grant_remote(out);
+    }
+
+    fn grant_local(&mut self, out: &mut Vec<(ConnId, Grant)>) {
         while self.local_used < self.local_capacity {
             let oldest_any = self.any.first_key_value().map(|(s, _)| *s);
             let oldest_local = self.local_only.first_key_value().map(|(s, _)| *s);
@@ -161,6 +179,9 @@ impl Slots {
             self.held.insert(conn, Held::Local);
             out.push((conn, Grant::Local));
         }
+    }
+
+    fn grant_remote(&mut self, out: &mut Vec<(ConnId, Grant)>) {
         while self.remote_used < self.window {
             let Some((seq, conn)) = self.any.pop_first() else { break };
             self.remote_used += 1;
@@ -194,6 +215,19 @@ mod tests {
         let mut out = vec![];
         s.grant(&mut out);
         out.into_iter().map(|(c, g)| (c.0, g)).collect()
+    }
+
+    #[test]
+    fn preferring_remote_fills_the_window_first_and_falls_back_locally() {
+        let mut s = Slots::new(1, 2).prefer_remote(true);
+        for n in 0..4 {
+            s.request(c(n), Want::Any);
+        }
+        assert_eq!(grants(&mut s), vec![(0, Grant::Remote), (1, Grant::Remote), (2, Grant::Local)]);
+        assert!(s.fall_back(c(0)));
+        assert_eq!(grants(&mut s), vec![(3, Grant::Remote)], "the freed remote slot goes to the next in line");
+        s.release(c(2));
+        assert_eq!(grants(&mut s), vec![(0, Grant::Local)], "the fallback runs locally");
     }
 
     #[test]

@@ -235,7 +235,7 @@ fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
     let job = Job {
         version: LOCAL_PROTOCOL_VERSION,
         compiler: b"/usr/bin/gcc".to_vec(),
-        spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None },
+        spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![] },
         pid: 0,
     };
     let mut out = BytesMut::new();

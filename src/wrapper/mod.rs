@@ -28,6 +28,7 @@ pub mod session;
 pub mod socket;
 
 use std::ffi::{OsStr, OsString};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use ccroute_wire::local::{ConsumerdMsg, Job, SourceHeader, WrapperMsg, LOCAL_PROTOCOL_VERSION};
@@ -67,6 +68,18 @@ impl Config {
             verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty()),
         }
     }
+}
+
+/// The agent's compiler writes to a pipe, where gcc's default
+/// `-fdiagnostics-color=auto` means none: when ours is a terminal, ask for
+/// the colors a local compile would print (the flag is not recorded in the
+/// object, so the bytes stay the same).
+fn with_terminal_colors(mut spec: ccroute_wire::TaskSpec, terminal: bool) -> ccroute_wire::TaskSpec {
+    let chosen = spec.args.iter().any(|a| a.starts_with("-fdiagnostics-color") || a == "-fno-diagnostics-color");
+    if terminal && !chosen {
+        spec.args.push("-fdiagnostics-color=always".into());
+    }
+    spec
 }
 
 /// Entry point: `args[0]` is the compiler as named (`gcc`, `/usr/bin/cc`, or
@@ -160,7 +173,7 @@ impl Wrapper<'_> {
         let job = Job {
             version: LOCAL_PROTOCOL_VERSION,
             compiler: self.compiler.as_os_str().as_encoded_bytes().to_vec(),
-            spec: self.plan.spec.clone(),
+            spec: with_terminal_colors(self.plan.spec.clone(), std::io::stderr().is_terminal()),
             pid: std::process::id(),
         };
         if let Err(e) = session.send(&WrapperMsg::Job(job), b"") {

@@ -121,7 +121,12 @@ mod tests {
 
     #[test]
     fn spec_round_trips() {
-        let spec = TaskSpec { args: vec!["-O2".into()], input_path: "src/x.c".into(), cwd: Some("/home/u/p".into()) };
+        let spec = TaskSpec {
+            args: vec!["-O2".into()],
+            input_path: "src/x.c".into(),
+            cwd: Some("/home/u/p".into()),
+            env: vec![("LANG".into(), "C.UTF-8".into())],
+        };
         assert_eq!(decode_spec(&encode_spec(&spec)), Ok(spec));
     }
 }

@@ -170,6 +170,7 @@ mod tests {
                 args: vec!["-O2".into(), "-g".into()],
                 input_path: "src/a.c".into(),
                 cwd: None,
+                env: vec![],
             }),
             payload: PayloadInfo {
                 len: payload.len() as u64,

@@ -299,7 +299,7 @@ mod tests {
         WrapperMsg::Job(Job {
             version: LOCAL_PROTOCOL_VERSION,
             compiler: b"/usr/bin/gcc".to_vec(),
-            spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None },
+            spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None, env: vec![] },
             pid: 42,
         })
     }

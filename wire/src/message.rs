@@ -147,6 +147,11 @@ pub struct TaskSpec {
     /// info): the agent maps its scratch directory to it. `None` keeps the
     /// result — and the cache key — independent of where the build ran.
     pub cwd: Option<String>,
+    /// The few environment variables that change what the compiler prints
+    /// (the locale: quotes and translations; `GCC_COLORS`), as the command
+    /// had them, so that remote diagnostics read like local ones. The agent
+    /// accepts only those names.
+    pub env: Vec<(String, String)>,
 }
 /// The outcome of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -320,6 +320,8 @@ impl Executor {
         cc::validate(&spec).map_err(TaskError::Refused)?;
         stop.check()?;
 
+        // Validated above: only the locale and GCC_COLORS.
+        let spec_env: Vec<(OsString, OsString)> = spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
         let root = self.root.path.clone();
         let max_source = self.limits.max_source_bytes;
         let prepared = tokio::task::spawn_blocking(move || {
@@ -332,6 +334,7 @@ impl Executor {
         if let Some(path) = &self.path_env {
             env.push(("PATH".into(), path.clone()));
         }
+        env.extend(spec_env);
         let launch = process::Launch {
             program: &prepared.cmd.program,
             args: &prepared.cmd.args,

@@ -65,7 +65,12 @@ fn task(toolchain: ToolchainKey, spec: &TaskSpec, source: &[u8]) -> ExecTask {
 }
 
 fn spec(args: &[&str], input: &str) -> TaskSpec {
-    TaskSpec { args: args.iter().map(|s| s.to_string()).collect(), input_path: input.to_owned(), cwd: None }
+    TaskSpec {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        input_path: input.to_owned(),
+        cwd: None,
+        env: vec![],
+    }
 }
 
 /// Preprocesses `args` in `cwd` the consumerd's way; the task, the plan and

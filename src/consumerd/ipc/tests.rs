@@ -47,7 +47,7 @@ fn job_frame() -> BytesMut {
     let job = Job {
         version: LOCAL_PROTOCOL_VERSION,
         compiler: b"/usr/bin/gcc".to_vec(),
-        spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None },
+        spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![] },
         pid: 1,
     };
     let mut out = BytesMut::new();

@@ -25,11 +25,14 @@ pub struct DriverConfig {
     pub interval: Duration,
     /// The control law's knobs.
     pub params: Params,
+    /// Whether agents' token limits follow the control law; when false each
+    /// agent keeps its own limit and only consumerds' shares are computed.
+    pub tune_agents: bool,
 }
 
 impl Default for DriverConfig {
     fn default() -> Self {
-        DriverConfig { interval: Duration::from_secs(1), params: Params::default() }
+        DriverConfig { interval: Duration::from_secs(1), params: Params::default(), tune_agents: true }
     }
 }
 
@@ -78,6 +81,7 @@ impl OptimizerThread {
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new().name("ccroute-optimizer".into()).spawn(move || {
             let mut tuner = Tuner::new(config.params);
+            tuner.tune_agents = config.tune_agents;
             while !thread_shared.stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(config.interval);
                 if thread_shared.stop.load(Ordering::Acquire) {
@@ -116,6 +120,8 @@ impl Drop for OptimizerThread {
 /// Public so that tests can step it without a thread or a clock.
 pub struct Tuner {
     optimizer: Optimizer<AgentId>,
+    /// See [`DriverConfig::tune_agents`].
+    pub tune_agents: bool,
 }
 
 impl std::fmt::Debug for Tuner {
@@ -127,7 +133,7 @@ impl std::fmt::Debug for Tuner {
 impl Tuner {
     /// A tuner with these knobs.
     pub fn new(params: Params) -> Self {
-        Tuner { optimizer: Optimizer::new(params) }
+        Tuner { optimizer: Optimizer::new(params), tune_agents: true }
     }
 
     /// One interval: read every agent and consumerd, decide, apply.
@@ -154,10 +160,14 @@ impl Tuner {
         });
         let mut views = HashMap::with_capacity(out.agents.len());
         for d in &out.agents {
-            if d.limit != d.previous {
-                tracing::info!(agent = ?d.agent, from = d.previous, to = d.limit, reason = %d.reason, "token limit");
-            }
-            let applied = scheduler.set_agent_limit(d.agent, d.limit).unwrap_or(d.limit);
+            let applied = if self.tune_agents {
+                if d.limit != d.previous {
+                    tracing::info!(agent = ?d.agent, from = d.previous, to = d.limit, reason = %d.reason, "token limit");
+                }
+                scheduler.set_agent_limit(d.agent, d.limit).unwrap_or(d.limit)
+            } else {
+                d.previous
+            };
             views.insert(
                 d.agent,
                 DecisionView {
@@ -169,7 +179,14 @@ impl Tuner {
                 },
             );
         }
-        for ((consumerd, _), limit) in demands.iter().zip(&out.remote_limits) {
+        let remote_limits = if self.tune_agents {
+            out.remote_limits
+        } else {
+            // The shares of the limits the agents actually have.
+            let total: u64 = loads.iter().map(|l| u64::from(l.limit)).sum();
+            super::fair_remote_limits(total, hit_ratio.clamp(0.0, 1.0), &wanted, self.optimizer.params())
+        };
+        for ((consumerd, _), limit) in demands.iter().zip(&remote_limits) {
             scheduler.set_remote_limit(*consumerd, *limit);
         }
         views

@@ -1,0 +1,242 @@
+//! End-to-end test harness: real daemons (the `ccroute` binary) on
+//! 127.0.0.1 with certificates made by `ccroute certs init`, in a temp dir
+//! each test owns. Every child is killed when its handle drops; its stderr
+//! goes to a log file that a failing test can print.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+pub mod project;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn ccroute() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ccroute"))
+}
+
+/// A daemon child; killed on drop.
+pub struct Daemon {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// SIGKILL, at once.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait (SIGKILL after 15 s).
+    pub fn stop(&mut self) {
+        let pid = self.child.id();
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A cluster on loopback in a temp dir.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub tls: PathBuf,
+    pub scheduler: Option<Daemon>,
+    pub addr: Option<SocketAddr>,
+    pub agents: Vec<Daemon>,
+    pub consumerd: Option<Daemon>,
+    pub socket: PathBuf,
+}
+
+impl Cluster {
+    /// A temp dir with fresh certificates; nothing running.
+    pub fn new() -> Cluster {
+        let dir = tempfile::Builder::new().prefix("ccroute-e2e-").tempdir().unwrap();
+        let tls = dir.path().join("tls");
+        let out = Command::new(ccroute()).args(["certs", "init"]).arg(&tls).output().unwrap();
+        assert!(out.status.success(), "certs init: {}", String::from_utf8_lossy(&out.stderr));
+        let socket = dir.path().join("consumerd.sock");
+        Cluster { dir, tls, scheduler: None, addr: None, agents: vec![], consumerd: None, socket }
+    }
+
+    fn spawn(&self, name: &str, args: &[&str]) -> Daemon {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let child = Command::new(ccroute())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("CCROUTE_TLS_DIR", &self.tls)
+            .env("CCROUTE_SOCKET", &self.socket)
+            .env_remove("CCROUTE_SCHEDULER")
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { name: name.into(), child, log }
+    }
+
+    /// Starts the scheduler on 127.0.0.1, port 0, and learns its address.
+    pub fn start_scheduler(&mut self, extra: &[&str]) -> SocketAddr {
+        let mut args = vec!["scheduler", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut d = self.spawn("scheduler", &args);
+        let stdout = d.child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr: SocketAddr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("scheduler did not say where it listens: {line:?}\n{}", d.log_text()));
+        self.scheduler = Some(d);
+        self.addr = Some(addr);
+        addr
+    }
+
+    /// Starts an agent with `extra` flags.
+    pub fn start_agent(&mut self, extra: &[&str]) -> usize {
+        let addr = self.addr.unwrap().to_string();
+        let mut args = vec!["agent", "--scheduler", addr.as_str()];
+        args.extend_from_slice(extra);
+        let n = self.agents.len();
+        let d = self.spawn(&format!("agent{n}"), &args);
+        self.agents.push(d);
+        n
+    }
+
+    /// Starts the consumerd with `local_jobs` local slots, talking to the
+    /// scheduler if one runs.
+    pub fn start_consumerd(&mut self, local_jobs: u32, prefer_remote: bool) {
+        let jobs = local_jobs.to_string();
+        let mut args = vec!["consumerd", "--local-jobs", jobs.as_str(), "--idle-exit", "0"];
+        if prefer_remote {
+            args.push("--prefer-remote");
+        }
+        let addr;
+        if let Some(a) = self.addr {
+            addr = a.to_string();
+            args.push("--scheduler");
+            args.push(addr.as_str());
+        }
+        let d = self.spawn("consumerd", &args);
+        self.consumerd = Some(d);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "consumerd never made its socket\n{}",
+                self.consumerd.as_ref().unwrap().log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The scheduler's status as JSON.
+    pub fn status(&self) -> serde_json::Value {
+        let out = Command::new(ccroute())
+            .args(["status", "--json", "--scheduler"])
+            .arg(self.addr.unwrap().to_string())
+            .env("CCROUTE_TLS_DIR", &self.tls)
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Waits until `n` agents have joined and a consumerd (if running) has a
+    /// non-zero remote limit.
+    pub fn wait_ready(&self, agents: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.status();
+            let joined = s["agents"].as_array().map_or(0, Vec::len);
+            let cd_ok = self.consumerd.is_none()
+                || s["consumerds"].as_array().is_some_and(|c| c.iter().any(|c| c["remote_limit"].as_u64() > Some(0)));
+            if joined == agents && cd_ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster not ready: {s}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every daemon's log, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for d in self.scheduler.iter().chain(self.agents.iter()).chain(self.consumerd.iter()) {
+            out.push_str(&format!("----- {} -----\n{}\n", d.name, d.log_text()));
+        }
+        out
+    }
+
+    /// Environment for wrapper runs against this cluster.
+    pub fn wrapper_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("CCROUTE_SOCKET".into(), self.socket.display().to_string()),
+            ("CCROUTE_TLS_DIR".into(), self.tls.display().to_string()),
+            ("XDG_CONFIG_HOME".into(), self.dir.path().join("config").display().to_string()),
+        ]
+    }
+}
+
+/// Runs make in `dir` with `args` and `env`; returns its output.
+pub fn make(dir: &Path, args: &[String], env: &[(String, String)]) -> Output {
+    let mut cmd = Command::new("make");
+    cmd.current_dir(dir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// Every `.o` under `dir`, by path relative to it.
+pub fn objects(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "o") {
+                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Asserts two object sets are byte-identical, naming the first that differs.
+pub fn assert_same_objects(
+    local: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+    remote: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+) {
+    assert_eq!(local.keys().collect::<Vec<_>>(), remote.keys().collect::<Vec<_>>(), "different object files");
+    for (path, bytes) in local {
+        assert!(remote[path] == *bytes, "{} differs from the local build's", path.display());
+    }
+    assert!(!local.is_empty(), "no objects at all");
+}
