@@ -98,6 +98,22 @@ pub struct SchedulerArgs {
     /// Seconds a silent peer has before it counts as lost.
     #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
     pub idle_timeout: f64,
+    /// The result cache's disk tier (default: the user's cache dir, e.g.
+    /// ~/.cache/ccroute).
+    #[arg(long, env = "CCROUTE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The disk tier's size cap, bytes.
+    #[arg(long, env = "CCROUTE_CACHE_SIZE", default_value_t = 10 << 30)]
+    pub cache_size: u64,
+    /// The memory tier's size cap, bytes.
+    #[arg(long, env = "CCROUTE_CACHE_MEMORY", default_value_t = 256 << 20)]
+    pub cache_memory: u64,
+    /// A Redis shared by several schedulers, e.g. redis://10.0.0.7:6379.
+    #[arg(long, env = "CCROUTE_CACHE_REDIS")]
+    pub cache_redis: Option<String>,
+    /// No result cache.
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 /// `ccroute agent`.

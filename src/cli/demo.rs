@@ -27,11 +27,15 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
     tls::init(&tls_dir, false)?;
     let (stop_tx, stop) = watch::channel(false);
 
-    let server = Server::bind(ServerConfig::new("127.0.0.1:0".parse()?, tls::load(&tls_dir, CertRole::Scheduler)?))?;
+    let mut config = ServerConfig::new("127.0.0.1:0".parse()?, tls::load(&tls_dir, CertRole::Scheduler)?);
+    // The user's cache directory, as a scheduler started without flags uses.
+    let cache_dir = crate::cache::default_dir().unwrap_or_else(|| tmp.path().join("cache"));
+    config.cache = Some(crate::cache::StorageConfig::default().with_disk(&cache_dir));
+    let server = Server::bind(config).await?;
     let addr = server.local_addr()?;
     let scheduler = server.scheduler().clone();
     let serving = tokio::spawn(server.serve(flipped(stop.clone())));
-    println!("scheduler on {addr}");
+    println!("scheduler on {addr}, result cache in {}", cache_dir.display());
 
     let agent_jobs = a.agent_jobs.unwrap_or_else(online_cpus);
     let identity = Arc::new(tls::load(&tls_dir, CertRole::Agent)?);
@@ -60,6 +64,9 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
     let socket = tmp.path().join("consumerd.sock");
     let mut config = ConsumerdConfig::new(SocketPath::explicit(&socket));
     config.local_slots = a.local_jobs.max(1);
+    // Remote while the scheduler's window has room: every compile can be
+    // answered by the cache on the second build.
+    config.prefer_remote = true;
     let daemon = Consumerd::bind(config)?;
     let stats = daemon.stats();
     let link = crate::consumerd::link::Link::start(
@@ -84,12 +91,15 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
     let local = make(&sample, &build, a.jobs, None, &socket).await?;
     println!("local build (plain gcc/g++):   {:>6.1} s", local.as_secs_f64());
     make_clean(&sample, &build).await?;
+    let admin = tls::load(&tls_dir, CertRole::Admin)?;
     for round in 1..=2 {
         let before = stats.snapshot();
+        let hits_before = status::fetch(addr, &admin).await?.totals.intercepted;
         let took = make(&sample, &build, a.jobs, Some(&exe), &socket).await?;
         let after = stats.snapshot();
+        let hits = status::fetch(addr, &admin).await?.totals.intercepted - hits_before;
         println!(
-            "build {round} through ccroute:     {:>6.1} s  ({:.2}x local)  {} compiles remote, {} local, {} fell back to local",
+            "build {round} through ccroute:     {:>6.1} s  ({:.2}x local)  {} compiles remote ({hits} answered by the cache), {} local, {} fell back to local",
             took.as_secs_f64(),
             took.as_secs_f64() / local.as_secs_f64(),
             after.remote - before.remote,
@@ -100,7 +110,7 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
             make_clean(&sample, &build).await?;
         }
     }
-    let report = status::fetch(addr, &tls::load(&tls_dir, CertRole::Admin)?).await?;
+    let report = status::fetch(addr, &admin).await?;
     println!("\n{}", status::render(&report));
 
     let _ = stop_tx.send(true);

@@ -191,7 +191,20 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
             o.tune_agents = false;
         }
     }
-    let server = crate::scheduler::server::Server::bind(config)?;
+    if !a.no_cache {
+        let dir = a.cache_dir.clone().or(file.cache_dir.clone()).or_else(crate::cache::default_dir);
+        let mut storage =
+            crate::cache::StorageConfig::default().with_memory_bytes(a.cache_memory).with_disk_bytes(a.cache_size);
+        match dir {
+            Some(dir) => storage = storage.with_disk(dir),
+            None => tracing::warn!("no cache directory (set --cache-dir, XDG_CACHE_HOME or HOME): memory cache only"),
+        }
+        if let Some(url) = &a.cache_redis {
+            storage = storage.with_redis(crate::cache::RedisConfig::new(url.clone()));
+        }
+        config.cache = Some(storage);
+    }
+    let server = crate::scheduler::server::Server::bind(config).await?;
     // Scripts and tests read the bound address (port 0 resolved) from here.
     println!("ccroute scheduler listening on {}", server.local_addr()?);
     server.serve(flipped(signals())).await;

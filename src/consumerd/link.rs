@@ -241,7 +241,9 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                     let _ = w.send(Err("the scheduler connection was lost".into()));
                 }
                 conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
-                tracing::warn!(scheduler = %config.scheduler, "scheduler connection ended; compiling locally until it is back");
+                if !*shutdown.borrow() {
+                    tracing::warn!(scheduler = %config.scheduler, "scheduler connection ended; compiling locally until it is back");
+                }
             }
             Err(e) => {
                 let text = e.to_string();

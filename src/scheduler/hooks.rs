@@ -118,6 +118,11 @@ impl<J: Job> Interception<J> {
         self.task.as_deref()
     }
 
+    /// Whether the task still waits on this interception (not ended by a cancel).
+    pub fn is_live(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| t.state().phase == Phase::Held)
+    }
+
     /// Answers the task (a cache hit, a deduplicated result). Returns false
     /// when it had ended meanwhile (its consumerd cancelled it).
     pub fn answer(mut self, answer: J::Answer) -> bool {

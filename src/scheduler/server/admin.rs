@@ -94,7 +94,7 @@ pub(crate) fn report(state: &State) -> StatusReport {
             })
             .collect(),
         totals,
-        cache: None,
+        cache: state.cache.as_ref().map(super::CacheHook::status),
         payload_bytes: state.budget.used(),
         payload_budget: state.budget.limit(),
     }

@@ -70,7 +70,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
             // A result must be read even past the budget: its task is
             // waiting for it, and the agent's token comes back with it.
             let ticket = match budget.try_reserve(message.payload_len()) {
-                Some(r) => Ticket::Reserved(r),
+                Some(r) => Ticket::Reserved(r, super::cache::Lookup::Unchecked),
                 None => Ticket::OverBudget,
             };
             std::future::ready((message, Admission::Read(ticket)))
@@ -154,8 +154,8 @@ fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) ->
                 ));
             }
             let reservation = match ticket {
-                Ticket::Reserved(r) => Some(Arc::new(r)),
-                Ticket::OverBudget | Ticket::Plain => None,
+                Ticket::Reserved(r, _) => Some(Arc::new(r)),
+                Ticket::OverBudget | Ticket::Plain | Ticket::Hit(_) => None,
             };
             let task = TaskId(header.task_id);
             let answer = AgentAnswer { header, payload: frame.payload, reservation };

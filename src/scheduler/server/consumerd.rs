@@ -22,8 +22,10 @@ use ccroute_wire::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::cache::Lookup;
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use super::{peer_info, State};
+use crate::cache::CachedResult;
 use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake, INLINE_PAYLOAD_MAX};
 use crate::scheduler::budget::Reservation;
 use crate::scheduler::{Answer, ConsumerdSession, Reply};
@@ -34,17 +36,19 @@ const LIMIT_CHECK: Duration = Duration::from_millis(100);
 /// What the gate decided about a payload.
 #[derive(Debug)]
 pub(crate) enum Ticket {
-    /// Budget reserved for it.
-    Reserved(Reservation),
+    /// Budget reserved for it (and, for a task, what the cache said).
+    Reserved(Reservation, Lookup),
     /// Over budget: not read.
     OverBudget,
+    /// A cache hit: not read, answered from the cache.
+    Hit(CachedResult),
     /// Not a payload-carrying task.
     Plain,
 }
 
 enum Event {
     Frame(Frame, Ticket),
-    Skipped(Message),
+    Skipped(Message, Ticket),
     Failed(NetError),
 }
 
@@ -88,22 +92,35 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     {
         let tx = tx.clone();
         let budget = state.budget.clone();
+        let cache = state.cache.clone();
         let mut uni = net::accept_gated_frames(conn.clone(), ccroute_wire::Limits::DEFAULT, move |message: Message| {
-            let ticket = match &message {
-                Message::Task(t) => match budget.try_reserve(t.payload.len) {
-                    Some(r) => Admission::Read(Ticket::Reserved(r)),
+            let budget = budget.clone();
+            let cache = cache.clone();
+            async move {
+                let Message::Task(t) = &message else {
+                    return (message, Admission::Read(Ticket::Plain));
+                };
+                // The cache first: a hit never reads the source.
+                let lookup = match (&cache, t.cache_key) {
+                    (Some(cache), Some(key)) => match cache.storage().get(&key).await {
+                        Some(hit) => return (message, Admission::Skip(Ticket::Hit(hit))),
+                        None => Lookup::Missed,
+                    },
+                    _ => Lookup::Missed,
+                };
+                let admission = match budget.try_reserve(t.payload.len) {
+                    Some(r) => Admission::Read(Ticket::Reserved(r, lookup)),
                     None => Admission::Skip(Ticket::OverBudget),
-                },
-                _ => Admission::Read(Ticket::Plain),
-            };
-            std::future::ready((message, ticket))
+                };
+                (message, admission)
+            }
         });
         readers.spawn(async move {
             while let Some(next) = uni.next().await {
                 let event = match next {
                     Ok(g) => match g.payload {
                         Some(payload) => Event::Frame(Frame { message: g.message, payload }, g.token),
-                        None => Event::Skipped(g.message),
+                        None => Event::Skipped(g.message, g.token),
                     },
                     Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
                     Err(e) => {
@@ -134,7 +151,13 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                         break Err(why);
                     }
                 }
-                Some(Event::Skipped(message)) => {
+                Some(Event::Skipped(Message::Task(t), Ticket::Hit(hit))) => {
+                    // Through the core like any task (counted, and answered by the cache hook).
+                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, Lookup::Hit(hit)).await {
+                        break Err(why);
+                    }
+                }
+                Some(Event::Skipped(message, _)) => {
                     if let Message::Task(t) = message {
                         state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
                         let h = run_locally(t.task_id, RetryReason::OverBudget);
@@ -185,21 +208,22 @@ async fn on_frame(
 ) -> Result<(), String> {
     match frame.message {
         Message::Task(header) => {
-            let reservation = match ticket {
-                Ticket::Reserved(r) => Some(r),
+            let (reservation, lookup) = match ticket {
+                Ticket::Reserved(r, lookup) => (Some(r), lookup),
+                Ticket::Hit(hit) => (None, Lookup::Hit(hit)),
                 // An inline task: its bytes are already here (a control
                 // stream frame is at most INLINE_PAYLOAD_MAX); count them.
                 Ticket::Plain => match state.budget.try_reserve(header.payload.len) {
-                    Some(r) => Some(r),
+                    Some(r) => (Some(r), Lookup::Unchecked),
                     None => {
                         state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
                         let h = run_locally(header.task_id, RetryReason::OverBudget);
                         return writer.send(Message::TaskResult(h), Bytes::new()).await.map_err(|e| e.to_string());
                     }
                 },
-                Ticket::OverBudget => None,
+                Ticket::OverBudget => (None, Lookup::Unchecked),
             };
-            submit(session, writer, header, frame.payload, reservation).await
+            submit(session, writer, header, frame.payload, reservation, lookup).await
         }
         Message::Cancel(c) => {
             session.cancel(c.task_id);
@@ -223,8 +247,9 @@ async fn submit(
     header: TaskHeader,
     payload: Bytes,
     reservation: Option<Reservation>,
+    lookup: Lookup,
 ) -> Result<(), String> {
-    if payload.len() as u64 != header.payload.len {
+    if payload.len() as u64 != header.payload.len && !matches!(lookup, Lookup::Hit(_)) {
         return Err(format!(
             "task {} declares {} payload bytes and carries {}",
             header.task_id,
@@ -233,7 +258,7 @@ async fn submit(
         ));
     }
     let (client_id, toolchain) = (header.task_id, header.toolchain);
-    match session.submit(client_id, toolchain, TaskBody { header, payload, reservation }) {
+    match session.submit(client_id, toolchain, TaskBody::new(header, payload, reservation, lookup)) {
         Ok(_) => Ok(()),
         Err(e) => {
             let h = run_locally(client_id, RetryReason::Rejected(e.to_string()));

@@ -4,7 +4,9 @@
 //! budget reservation, so that the bytes are counted exactly as long as the
 //! scheduler holds them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use super::cache::Lookup;
 
 use bytes::Bytes;
 use ccroute_wire::{Outcome, ResultHeader, TaskHeader};
@@ -25,6 +27,17 @@ pub struct TaskBody {
     pub payload: Bytes,
     /// Its bytes against the payload budget.
     pub reservation: Option<Reservation>,
+    /// What the connection learnt of its cache key before submitting it.
+    pub lookup: Lookup,
+    /// Whether the payload hashes to the claimed cache key (computed once, when needed).
+    pub verified: OnceLock<bool>,
+}
+
+impl TaskBody {
+    /// A task as it arrived, not looked up in the cache yet.
+    pub fn new(header: TaskHeader, payload: Bytes, reservation: Option<Reservation>, lookup: Lookup) -> Self {
+        TaskBody { header, payload, reservation, lookup, verified: OnceLock::new() }
+    }
 }
 
 /// An answer as the scheduler holds it: cheap to clone (identical tasks in

@@ -21,6 +21,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod cache;
 pub mod consumerd;
 pub mod job;
 
@@ -35,10 +36,12 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+pub use self::cache::{CacheHook, Lookup};
 pub use self::job::{AgentAnswer, NetJob, TaskBody};
 use super::budget::Budget;
 use super::optimizer::driver::{DriverConfig, HitRatio, OptimizerThread};
-use super::{Config, Scheduler};
+use super::{Config, Hook, Scheduler};
+use crate::cache::{Storage, StorageConfig};
 use crate::net::{self, CloseReason, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// Everything the scheduler daemon is configured with.
@@ -60,6 +63,8 @@ pub struct ServerConfig {
     pub optimizer: Option<DriverConfig>,
     /// How long tasks on agents may finish after shutdown begins.
     pub shutdown_grace: Duration,
+    /// The result cache; `None`: no cache.
+    pub cache: Option<StorageConfig>,
 }
 
 impl ServerConfig {
@@ -75,6 +80,7 @@ impl ServerConfig {
             max_connections: 4096,
             optimizer: Some(DriverConfig::default()),
             shutdown_grace: Duration::from_secs(10),
+            cache: None,
         }
     }
 }
@@ -88,6 +94,9 @@ pub enum ServerError {
     /// The optimizer thread could not start.
     #[error("cannot start the optimizer thread: {0}")]
     Optimizer(std::io::Error),
+    /// The result cache could not be opened.
+    #[error("cannot open the result cache: {0}")]
+    Cache(#[from] crate::cache::StorageError),
 }
 
 /// Counters of the daemon itself, beside the core's.
@@ -106,6 +115,7 @@ pub(crate) struct State {
     pub(crate) id: u128,
     pub(crate) started: Instant,
     pub(crate) optimizer: Option<OptimizerThread>,
+    pub(crate) cache: Option<CacheHook>,
     pub(crate) counters: ServerCounters,
     /// Flips to true when shutdown begins.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -138,16 +148,29 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Binds the endpoint and starts the optimizer thread.
+    /// Opens the cache, binds the endpoint and starts the optimizer thread.
     ///
     /// # Errors
-    /// [`ServerError`] when the address cannot be bound or the thread not started.
-    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+    /// [`ServerError`] when the cache cannot be opened, the address cannot
+    /// be bound or the thread not started.
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let cache = match config.cache {
+            Some(storage) => Some(CacheHook::new(Arc::new(Storage::open(storage).await?))),
+            None => None,
+        };
         let endpoint = net::server_endpoint(config.listen, &config.identity, &config.transport)?;
-        let scheduler = Scheduler::new(config.core);
+        let hooks: Vec<Arc<dyn Hook<NetJob>>> =
+            cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>).collect();
+        let scheduler = Scheduler::with_hooks(config.core, hooks);
         let optimizer = match config.optimizer {
             Some(driver) => {
-                let ratio: HitRatio = Arc::new(|| 0.0);
+                let ratio: HitRatio = match &cache {
+                    Some(c) => {
+                        let c = c.clone();
+                        Arc::new(move || c.hit_ratio())
+                    }
+                    None => Arc::new(|| 0.0),
+                };
                 Some(OptimizerThread::spawn(scheduler.clone(), driver, ratio).map_err(ServerError::Optimizer)?)
             }
             None => None,
@@ -159,6 +182,7 @@ impl Server {
             id: random_id(),
             started: Instant::now(),
             optimizer,
+            cache,
             counters: ServerCounters::default(),
             shutdown,
         });
@@ -182,6 +206,11 @@ impl Server {
     /// The core, for status and tests.
     pub fn scheduler(&self) -> &Scheduler<NetJob> {
         &self.state.scheduler
+    }
+
+    /// The result cache, when one is configured.
+    pub fn cache(&self) -> Option<&CacheHook> {
+        self.state.cache.as_ref()
     }
 
     /// Serves until `shutdown` resolves, then shuts down as the module doc says.
@@ -229,7 +258,7 @@ fn in_flight(scheduler: &Scheduler<NetJob>) -> u64 {
 /// # Errors
 /// As [`Server::bind`].
 pub async fn run(config: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-    Server::bind(config)?.serve(shutdown).await;
+    Server::bind(config).await?.serve(shutdown).await;
     Ok(())
 }
 

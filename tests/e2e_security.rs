@@ -1,0 +1,187 @@
+//! No trust by default, end to end: hostile compiler arguments sent straight
+//! to a real agent by a hand-written scheduler are refused and write nothing
+//! outside the agent's scratch directory; peers with a certificate from
+//! another CA, or issued for another role, are refused.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ccroute::net::{self, tls, CertRole, TransportOptions};
+use ccroute_wire::{
+    codec, payload, HelloOutcome, Message, Outcome, TaskHeader, TaskSpec, Toolchain, ToolchainKind, Welcome,
+};
+use common::{ccroute, Cluster};
+
+fn spec(args: &[&str], input: &str) -> TaskSpec {
+    TaskSpec { args: args.iter().map(|s| (*s).to_string()).collect(), input_path: input.into(), cwd: None, env: vec![] }
+}
+
+/// A scheduler written by hand: it welcomes a real agent, then sends it
+/// tasks no consumerd would, and reads what comes back.
+#[test]
+fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
+    let cluster = Cluster::new();
+    let victim = tempfile::tempdir().unwrap();
+    let v = victim.path().display().to_string();
+    let scratch = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let identity = tls::load(&cluster.tls, CertRole::Scheduler).unwrap();
+        let endpoint =
+            net::server_endpoint("127.0.0.1:0".parse().unwrap(), &identity, &TransportOptions::default()).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        let log = std::fs::File::create(cluster.dir.path().join("agent.log")).unwrap();
+        let mut agent = Command::new(ccroute())
+            .args(["agent", "--no-discover", "--compiler", "/usr/bin/gcc", "--scheduler", &addr.to_string()])
+            .env("CCROUTE_TLS_DIR", &cluster.tls)
+            .env("TMPDIR", scratch.path())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let incoming = tokio::time::timeout(Duration::from_secs(30), endpoint.accept()).await.unwrap().unwrap();
+        let conn = net::accept(incoming).await.unwrap();
+        let (outcome, hs) = net::accept_hello(&conn, net::HANDSHAKE_TIMEOUT).await.unwrap();
+        let HelloOutcome::Hello(hello) = outcome else { panic!("agent sent an incompatible hello") };
+        let gcc: &Toolchain = hello.body.toolchains.iter().find(|t| t.kind == ToolchainKind::Gnu).unwrap();
+        let key = gcc.key();
+        let (writer, mut reader) =
+            hs.welcome(Welcome { scheduler_id: 1, limit: 8 }, &net::StreamOptions::default()).await.unwrap();
+
+        let planted = format!("{v}/planted.c");
+        let hostile: Vec<(TaskSpec, &str)> = vec![
+            (spec(&["-fplugin=/nonexistent/evil.so"], "a.c"), "-fplugin"),
+            (spec(&["-B", &v], "a.c"), "-B"),
+            (spec(&[&format!("-B{v}")], "a.c"), "-B"),
+            (spec(&[&format!("-specs={v}/specs")], "a.c"), "-specs"),
+            (spec(&["-wrapper", "/bin/sh,-c,touch"], "a.c"), "-wrapper"),
+            (spec(&["-Xclang", "-load"], "a.c"), "-Xclang"),
+            (spec(&[&format!("-Wl,-o,{v}/linked")], "a.c"), "-Wl"),
+            (spec(&["-Xlinker", "-o"], "a.c"), "-Xlinker"),
+            (spec(&[&format!("@{v}/args")], "a.c"), "@"),
+            (spec(&["-o", &format!("{v}/out.o")], "a.c"), "-o"),
+            (spec(&["-save-temps"], "a.c"), "-save-temps"),
+            (spec(&["-fdump-tree-all"], "a.c"), "-fdump"),
+            (spec(&["-I", &v], "a.c"), "-I"),
+            (spec(&["-include", &format!("{v}/x.h")], "a.c"), "-include"),
+            (spec(&[&format!("{v}/extra.c")], "a.c"), "input"),
+            (spec(&["-x", "assembler"], "a.c"), "assembler"),
+            (spec(&[], "src/../../escape.c"), ".."),
+            (spec(&[], &format!("{v}/../{}/escape.c", victim.path().file_name().unwrap().to_string_lossy())), ".."),
+        ];
+        let source = b"int f(void) { return 42; }\n";
+        let (packed, info) = payload::compress(source);
+        let n = hostile.len() as u64;
+        for (id, (s, _)) in hostile.iter().enumerate() {
+            let header = TaskHeader {
+                task_id: id as u64,
+                toolchain: key,
+                cache_key: None,
+                spec: codec::encode_spec(s),
+                payload: info,
+            };
+            writer.send(Message::Task(header), Bytes::from(packed.clone())).await.unwrap();
+        }
+        // An absolute input path, and a relative one that climbs out of the
+        // working directory, are fine (`gcc -c ../src/a.c`): both are
+        // recreated inside scratch, never at the path itself.
+        let escape = format!("../../../..{v}/escape.c");
+        for (i, input) in [planted.as_str(), escape.as_str()].into_iter().enumerate() {
+            let t = TaskHeader {
+                task_id: n + i as u64,
+                toolchain: key,
+                cache_key: None,
+                spec: codec::encode_spec(&spec(&[], input)),
+                payload: info,
+            };
+            writer.send(Message::Task(t), Bytes::from(packed.clone())).await.unwrap();
+        }
+
+        let mut answered = 0;
+        while answered < n + 2 {
+            let frame = tokio::time::timeout(Duration::from_secs(30), reader.next()).await.unwrap().unwrap().unwrap();
+            let Message::TaskResult(r) = frame.message else { continue };
+            answered += 1;
+            if r.task_id >= n {
+                assert_eq!(r.outcome, Outcome::Success, "an outside input path compiles inside scratch");
+                continue;
+            }
+            let (s, what) = &hostile[r.task_id as usize];
+            match &r.outcome {
+                Outcome::InternalError(why) => {
+                    assert!(
+                        why.contains(what) || why.contains("refused") || why.contains("input"),
+                        "{s:?} refused for an odd reason: {why}"
+                    )
+                }
+                other => panic!("{s:?} was not refused: {other:?}"),
+            }
+        }
+        let left: Vec<_> = std::fs::read_dir(victim.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "files appeared outside the scratch directory: {left:?}");
+        assert!(!Path::new(&planted).exists());
+        let _ = agent.kill();
+        let _ = agent.wait();
+        endpoint.close(0u32.into(), b"done");
+    });
+}
+
+/// A peer whose certificate comes from another cluster's CA, or that claims
+/// a role its certificate was not issued for, never joins — and the
+/// scheduler's log says why.
+#[test]
+fn peers_with_a_foreign_or_wrong_role_certificate_are_refused() {
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&[]).to_string();
+    let other = tempfile::tempdir().unwrap();
+    let foreign = other.path().join("tls");
+    assert!(Command::new(ccroute()).args(["certs", "init"]).arg(&foreign).status().unwrap().success());
+    // A set whose "agent" certificate is really the consumerd's.
+    let wrong_role = other.path().join("wrong-role");
+    std::fs::create_dir(&wrong_role).unwrap();
+    for f in ["ca.pem", "ca.key"] {
+        std::fs::copy(c.tls.join(f), wrong_role.join(f)).unwrap();
+    }
+    std::fs::copy(c.tls.join("consumerd.pem"), wrong_role.join("agent.pem")).unwrap();
+    std::fs::copy(c.tls.join("consumerd.key"), wrong_role.join("agent.key")).unwrap();
+
+    let run_agent = |dir: &Path, log: &str| {
+        Command::new(ccroute())
+            .args(["agent", "--scheduler", &addr, "--test-toolchain", "--no-discover"])
+            .env("CCROUTE_TLS_DIR", dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(c.dir.path().join(log)).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut a = run_agent(&foreign, "foreign.log");
+    let mut b = run_agent(&wrong_role, "wrong-role.log");
+    let scheduler_log = || c.scheduler.as_ref().unwrap().log_text();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(scheduler_log().contains("not signed by")
+        && scheduler_log().contains("certificate is issued for consumerd"))
+    {
+        assert!(Instant::now() < deadline, "the scheduler never said why it refused:\n{}", scheduler_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c.status()["agents"].as_array().unwrap().len(), 0, "a refused agent joined");
+    let foreign_log = std::fs::read_to_string(c.dir.path().join("foreign.log")).unwrap();
+    let wrong_log = std::fs::read_to_string(c.dir.path().join("wrong-role.log")).unwrap();
+    assert!(foreign_log.contains("scheduler"), "the foreign agent does not say what failed:\n{foreign_log}");
+    assert!(wrong_log.contains("refused"), "the wrong-role agent does not say it was refused:\n{wrong_log}");
+    for p in [&mut a, &mut b] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    // The scheduler serves a proper peer all the while.
+    c.start_agent(&["--test-toolchain", "--no-discover"]);
+    c.wait_ready(1);
+}
