@@ -46,8 +46,11 @@ pub const KEY_PREFIX: &str = "ccroute:v1:";
 pub struct RedisConfig {
     /// `redis://host:port/db` (see the `redis` crate for the forms).
     pub url: String,
-    /// The most one get or put may take, connecting included.
+    /// The most one get may take, connecting included: a slow cache is a miss.
     pub timeout: Duration,
+    /// The most one put may take: puts run in the background, so they can
+    /// wait out a busy moment that a lookup cannot.
+    pub write_timeout: Duration,
     /// How long entries live in Redis; `None` keeps them until Redis evicts.
     pub ttl: Option<Duration>,
     /// After a failure, how long calls skip Redis before trying again.
@@ -55,9 +58,16 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// `url` with a 250 ms timeout, no TTL and a 1 s back-off.
+    /// `url` with a 250 ms lookup timeout, a 2 s store timeout, no TTL and
+    /// a 1 s back-off.
     pub fn new(url: impl Into<String>) -> Self {
-        RedisConfig { url: url.into(), timeout: Duration::from_millis(250), ttl: None, backoff: Duration::from_secs(1) }
+        RedisConfig {
+            url: url.into(),
+            timeout: Duration::from_millis(250),
+            write_timeout: Duration::from_secs(2),
+            ttl: None,
+            backoff: Duration::from_secs(1),
+        }
     }
 
     /// Sets the per-call timeout.
@@ -207,7 +217,7 @@ impl RedisTier {
             cmd.arg("PX").arg(ttl.as_millis().max(1) as u64);
         }
         let outcome = self
-            .bounded("put", async {
+            .bounded("put", self.config.write_timeout.max(self.config.timeout), async {
                 let mut conn = self.connection().await?;
                 cmd.query_async::<()>(&mut conn).await.map_err(|source| RedisTierError::Redis { op: "put", source })
             })
@@ -228,7 +238,7 @@ impl RedisTier {
     async fn fetch(&self, key: &CacheKey) -> Result<Option<Bytes>, RedisTierError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(redis_key(key));
-        self.bounded("get", async {
+        self.bounded("get", self.config.timeout, async {
             let mut conn = self.connection().await?;
             cmd.query_async::<Option<Bytes>>(&mut conn)
                 .await
@@ -242,11 +252,12 @@ impl RedisTier {
     async fn bounded<T>(
         &self,
         op: &'static str,
+        limit: Duration,
         call: impl std::future::Future<Output = Result<T, RedisTierError>>,
     ) -> Result<T, RedisTierError> {
-        let outcome = match tokio::time::timeout(self.config.timeout, call).await {
+        let outcome = match tokio::time::timeout(limit, call).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(RedisTierError::Timeout { op, ms: self.config.timeout.as_millis() }),
+            Err(_) => Err(RedisTierError::Timeout { op, ms: limit.as_millis() }),
         };
         let link_failed = match &outcome {
             Err(RedisTierError::Timeout { .. }) => true,
@@ -295,7 +306,8 @@ impl RedisTier {
         let _connecting = Connecting(self);
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.timeout))
-            .set_response_timeout(Some(self.config.timeout));
+            // Each call's own bound (get or put) applies on top.
+            .set_response_timeout(Some(self.config.write_timeout.max(self.config.timeout)));
         match self.client.get_multiplexed_async_connection_with_config(&config).await {
             Ok(conn) => {
                 self.conn.store(Some(Arc::new(conn.clone())));

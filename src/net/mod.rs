@@ -42,4 +42,6 @@ pub use framed::{
     Outgoing, StreamOptions, TrySendError, UniFrames, INLINE_PAYLOAD_MAX,
 };
 pub use handshake::{accept_hello, client_handshake, ServerHandshake, HANDSHAKE_TIMEOUT};
+/// The QUIC types the API above hands out.
+pub use quinn::{Connection, Endpoint};
 pub use tls::{peer_role, verify_role, CertRole, Identity, TlsError};

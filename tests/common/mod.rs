@@ -6,6 +6,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod project;
+pub mod raw;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

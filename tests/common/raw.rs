@@ -1,0 +1,94 @@
+//! A consumerd written by hand, on the real protocol: it sends exactly the
+//! tasks a test wants — honest ones, identical ones, lying ones — with the
+//! no-op test toolchain, whose "object" is a digest of the source it saw.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccroute::agent::toolchain::test_toolchain;
+use ccroute::net::{self, tls, CertRole, TransportOptions, INLINE_PAYLOAD_MAX};
+use ccroute_wire::{
+    cache_key, codec, payload, CacheKey, Frame, Hello, HelloBody, Message, ResultHeader, Role, SystemInfo, TaskHeader,
+    TaskSpec, PROTOCOL_VERSION,
+};
+
+/// A connected hand-written consumerd.
+pub struct RawConsumerd {
+    _endpoint: net::Endpoint,
+    pub conn: net::Connection,
+    writer: net::FrameWriter,
+    reader: net::FrameReader,
+    uni: net::UniFrames,
+}
+
+/// The spec of a test-toolchain task (`sleep_ms` > 0: the agent waits that long).
+pub fn spec(sleep_ms: u32) -> TaskSpec {
+    let args = if sleep_ms > 0 { vec![format!("-sleep={sleep_ms}")] } else { vec![] };
+    TaskSpec { args, input_path: "t.c".into(), cwd: None, env: vec![] }
+}
+
+/// The key an honest consumerd computes for `source` under `spec`.
+pub fn honest_key(spec: &TaskSpec, source: &[u8]) -> CacheKey {
+    cache_key(test_toolchain().key(), &codec::encode_spec(spec), source)
+}
+
+impl RawConsumerd {
+    /// Connects and shakes hands as a consumerd.
+    pub async fn connect(tls_dir: &Path, addr: SocketAddr) -> RawConsumerd {
+        let identity = tls::load(tls_dir, CertRole::Consumerd).unwrap();
+        let endpoint = net::client_endpoint(&identity, &TransportOptions::default(), addr).unwrap();
+        let conn = net::connect(&endpoint, addr).await.unwrap();
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            body: HelloBody {
+                role: Role::Consumerd,
+                node_id: 0x5eed,
+                host_name: "raw".into(),
+                system: SystemInfo::default(),
+                toolchains: vec![test_toolchain()],
+                usage_limit: 0,
+            },
+        };
+        let (writer, reader, _) = net::client_handshake(&conn, &hello, &net::StreamOptions::default()).await.unwrap();
+        let uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
+        RawConsumerd { _endpoint: endpoint, conn, writer, reader, uni }
+    }
+
+    /// Sends one test-toolchain task claiming `key` (none: not cacheable).
+    pub async fn send(&self, id: u64, spec: &TaskSpec, source: &[u8], key: Option<CacheKey>) {
+        let (packed, info) = payload::compress(source);
+        let header = TaskHeader {
+            task_id: id,
+            toolchain: test_toolchain().key(),
+            cache_key: key,
+            spec: codec::encode_spec(spec),
+            payload: info,
+        };
+        let packed = Bytes::from(packed);
+        if packed.len() <= INLINE_PAYLOAD_MAX {
+            self.writer.send(Message::Task(header), packed).await.unwrap();
+        } else {
+            net::send_on_new_stream(&self.conn, &Message::Task(header), packed).await.unwrap();
+        }
+    }
+
+    /// The next result, with its object decompressed.
+    pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
+        loop {
+            let frame: Frame = tokio::time::timeout(Duration::from_secs(60), async {
+                tokio::select! {
+                    f = self.reader.next() => f.unwrap().unwrap(),
+                    f = self.uni.next() => f.unwrap().unwrap(),
+                }
+            })
+            .await
+            .expect("no result within 60 s");
+            if let Message::TaskResult(h) = frame.message {
+                let object = payload::decompress(&h.payload, &frame.payload, 1 << 30).unwrap();
+                return (h, object);
+            }
+        }
+    }
+}
