@@ -15,6 +15,8 @@ pub mod cc;
 #[cfg(feature = "daemon")]
 pub mod cli;
 #[cfg(feature = "daemon")]
+pub mod cluster;
+#[cfg(feature = "daemon")]
 pub mod consumerd;
 #[cfg(feature = "daemon")]
 pub mod net;

@@ -258,7 +258,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
             let addr = args::parse_addr(addr)?;
             match tls::load(&args::tls_dir(&a.tls, &file), CertRole::Consumerd) {
                 Ok(identity) => Arc::new(crate::consumerd::link::Link::start(
-                    link_config(addr, identity),
+                    crate::cluster::link_config(addr, identity),
                     daemon.stats(),
                     shutdown.clone(),
                 )),
@@ -273,20 +273,6 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     let ended = daemon.serve(remote, flipped(shutdown)).await;
     tracing::info!(?ended, "consumerd stopped");
     Ok(())
-}
-
-/// The consumerd's link settings.
-pub fn link_config(
-    scheduler: std::net::SocketAddr,
-    identity: crate::net::Identity,
-) -> crate::consumerd::link::LinkConfig {
-    crate::consumerd::link::LinkConfig {
-        scheduler,
-        identity: Arc::new(identity),
-        transport: TransportOptions::default(),
-        node_id: crate::scheduler::server::random_id(),
-        host_name: host_name(),
-    }
 }
 
 /// The sample project shipped with ccroute, when this binary was built from
