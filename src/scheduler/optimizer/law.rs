@@ -388,7 +388,9 @@ fn overload(params: &Params, f: &Factors) -> Option<Overload> {
         cpus: f.throttled_cpus,
         excess,
     });
-    let pressure = f.pressure.filter(|p| *p >= params.lower_pressure).map(Overload::Pressure);
+    // Pressure is the host's (or the cgroup's) whole: while the agent runs
+    // nothing, it is someone else's and no reason to lower this agent.
+    let pressure = f.pressure.filter(|p| *p >= params.lower_pressure && f.tasks_running >= 0.5).map(Overload::Pressure);
     // Throttling, when there is some, is the measured one (and pressure
     // may count the throttled time too).
     throttled.or(pressure)

@@ -28,9 +28,12 @@ use crate::scheduler::{AgentSession, Dispatch, TaskId};
 /// How often the agent's token limit is checked for a change to report.
 const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
+// Frames are the common case and move once, through a channel: boxing
+// each would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 enum Event {
     Frame(Frame, Ticket),
-    Failed(NetError),
+    Failed(Box<NetError>),
 }
 
 /// Serves one agent until its connection ends.
@@ -54,7 +57,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                 let event = match reader.next().await {
                     Ok(Some(frame)) => Event::Frame(frame, Ticket::Plain),
                     Ok(None) => break,
-                    Err(e) => Event::Failed(e),
+                    Err(e) => Event::Failed(Box::new(e)),
                 };
                 let failed = matches!(event, Event::Failed(_));
                 if tx.send(event).await.is_err() || failed {
@@ -81,7 +84,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                     Ok(g) => {
                         Event::Frame(Frame { message: g.message, payload: g.payload.unwrap_or_default() }, g.token)
                     }
-                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
+                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(Box::new(e)),
                     Err(e) => {
                         tracing::warn!(error = %e, "bad result stream");
                         continue;
@@ -103,7 +106,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
-                Some(Event::Failed(NetError::ConnectionLost { .. })) => break Ok(()),
+                Some(Event::Failed(e)) if matches!(*e, NetError::ConnectionLost { .. }) => break Ok(()),
                 Some(Event::Failed(e)) => break Err(e.to_string()),
                 Some(Event::Frame(frame, ticket)) => {
                     if let Err(why) = on_frame(&mut session, frame, ticket) {

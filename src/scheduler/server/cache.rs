@@ -125,7 +125,7 @@ impl Shared {
     /// Returns the interception back when it leads (the caller lets it
     /// proceed, outside the table's lock).
     fn join_or_lead(&self, key: CacheKey, held: Interception<NetJob>) -> Option<Interception<NetJob>> {
-        let Some(id) = held.task().map(Task::id) else { return None };
+        let id = held.task().map(Task::id)?;
         match self.inflight.entry(key) {
             dashmap::Entry::Occupied(mut e) => {
                 e.get_mut().waiters.push(held);

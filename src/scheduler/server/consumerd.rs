@@ -56,10 +56,13 @@ enum Event {
 pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
     let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
-    // Until the optimizer's first tick: an even share of the cluster.
+    // Until the optimizer's next tick: an even share of the cluster (none
+    // while it has no agent: every task would only come back to run locally).
     let share = scheduler.cluster_limit() / (scheduler.consumerds().len() as u32).max(1);
-    scheduler.set_remote_limit(session.id(), share.max(1));
+    scheduler.set_remote_limit(session.id(), share);
     let welcome = Welcome { scheduler_id: state.id, limit: session.remote_limit() };
+    // What the consumerd was told; a tick during the handshake is sent below.
+    let mut last_limit = welcome.limit;
     let (writer, mut reader) = match hs.welcome(welcome, &State::control_stream()).await {
         Ok(x) => x,
         Err(e) => {
@@ -137,7 +140,6 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     drop(tx);
 
     let mut senders = JoinSet::new();
-    let mut last_limit = session.remote_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome: Result<(), String> = loop {

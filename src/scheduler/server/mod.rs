@@ -291,10 +291,7 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
     } else if *state.shutdown.borrow() {
         Some(refuse(RefusalKind::ShuttingDown, "the scheduler is shutting down".into()))
     } else {
-        match net::verify_role(&conn, &hello) {
-            Ok(_) => None,
-            Err(r) => Some(r),
-        }
+        net::verify_role(&conn, &hello).err()
     };
     if let Some(refusal) = refusal {
         tracing::warn!(%peer, role = %hello.body.role, %refusal, "refused");
