@@ -89,6 +89,8 @@ impl Cluster {
             .env("CCROUTE_SOCKET", &self.socket)
             .env_remove("CCROUTE_SCHEDULER")
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            // Each cluster its own result cache, never the user's.
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache-home"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
