@@ -47,8 +47,22 @@ fn main() {
         let exe = Path::new(env!("CARGO_BIN_EXE_ccroute"));
         let build = cluster.dir.path().join("build");
         if !bench {
-            make(&sample(), &build, 4, Some((exe, &cluster.socket)), &["all"]).await.unwrap();
-            println!("cache: smoke build ok");
+            // One compile through the cluster, twice: the second from the cache.
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("a.c"), "int a(void) { return 1; }\n").unwrap();
+            for round in 0..2 {
+                let out = tokio::process::Command::new(exe)
+                    .current_dir(dir.path())
+                    .args(["gcc", "-O2", "-c", "a.c", "-o", &format!("a{round}.o")])
+                    .env("CCROUTE_SOCKET", &cluster.socket)
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            }
+            let t = cluster.scheduler.totals();
+            assert_eq!((t.completed, t.intercepted), (1, 1), "one compiled, one from the cache: {t:?}");
+            println!("cache: smoke ok");
             cluster.shutdown().await;
             return;
         }
