@@ -314,6 +314,9 @@ impl<J: Job> AgentSession<J> {
             return Err(CompleteError::UnknownTask(task));
         };
         let kind = J::classify(&answer);
+        // The agent finished running it: its token is free — before the
+        // answer goes out, so that the consumerd's next task finds it.
+        self.entry.tokens.release();
         if task.transition(State::assigned(self.entry.id.0, attempt), State::ended()) {
             match kind {
                 AnswerKind::Success => self.entry.counters.completed.bump(),
@@ -323,8 +326,6 @@ impl<J: Job> AgentSession<J> {
         } else {
             self.entry.counters.stale.bump();
         }
-        // The agent finished running it: only now is its token free.
-        self.entry.tokens.release();
         self.core.serve_routes_of(&self.entry);
         Ok(())
     }
