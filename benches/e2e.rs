@@ -23,21 +23,20 @@
 //! scheduler here has no hooks, and every no-op source is distinct).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute::agent::daemon::AgentConfig;
 use ccroute::agent::executor::test_object;
 use ccroute::agent::toolchain::test_toolchain;
-use ccroute::cli::{bundled_sample, flipped, link_config, online_cpus};
+use ccroute::cli::{bundled_sample, flipped, online_cpus};
+use ccroute::cluster::{wait_for, ClusterConfig, LocalCluster};
 use ccroute::consumerd::link::Link;
 use ccroute::consumerd::{Config as ConsumerdConfig, Consumerd, Remote, RemoteJob, Stats};
-use ccroute::net::{tls, CertRole, TransportOptions};
-use ccroute::scheduler::server::{random_id, NetJob, Server, ServerConfig};
+use ccroute::net::CertRole;
+use ccroute::scheduler::server::NetJob;
 use ccroute::scheduler::Scheduler;
 use ccroute::wrapper::socket::SocketPath;
 use ccroute_wire::{TaskSpec, Toolchain};
@@ -129,55 +128,36 @@ fn main() -> Result<(), BoxError> {
 // ---------------------------------------------------------------------------
 // The cluster
 
-/// A scheduler and one agent on 127.0.0.1, with certificates in a temp dir.
+/// A scheduler and one agent on 127.0.0.1 (`ccroute::cluster`, without its
+/// consumerd: each build mode starts its own).
 struct Cluster {
-    tmp: tempfile::TempDir,
-    tls: PathBuf,
-    addr: SocketAddr,
+    inner: LocalCluster,
+    tmp: PathBuf,
     scheduler: Scheduler<NetJob>,
-    stop_tx: watch::Sender<bool>,
-    tasks: JoinSet<()>,
 }
 
 impl Cluster {
     /// Starts both; the agent offers the compilers in `PATH`, or only the
     /// no-op test toolchain.
     async fn start(jobs: u32, test_toolchain: bool) -> Result<Cluster, BoxError> {
-        let tmp = tempfile::Builder::new().prefix("ccroute-bench-").tempdir()?;
-        let tls = tmp.path().join("tls");
-        tls::init(&tls, false)?;
-        let (stop_tx, stop) = watch::channel(false);
-        let server = Server::bind(ServerConfig::new("127.0.0.1:0".parse()?, tls::load(&tls, CertRole::Scheduler)?))?;
-        let addr = server.local_addr()?;
-        let scheduler = server.scheduler().clone();
-        let mut tasks = JoinSet::new();
-        tasks.spawn(server.serve(flipped(stop.clone())));
-        let config = AgentConfig {
-            scheduler: addr,
-            identity: Arc::new(tls::load(&tls, CertRole::Agent)?),
-            transport: TransportOptions::default(),
-            jobs,
-            compilers: vec![],
+        let inner = LocalCluster::start(ClusterConfig {
+            agents: 1,
+            agent_jobs: jobs,
             discover: !test_toolchain,
             test_toolchain,
-            scratch_parent: tmp.path().to_path_buf(),
-            node_id: random_id(),
-            host_name: "bench-agent".into(),
-        };
-        let agent_stop = stop.clone();
-        tasks.spawn(async move {
-            if let Err(e) = ccroute::agent::daemon::run(config, agent_stop).await {
-                eprintln!("e2e: the agent failed: {e}");
-            }
-        });
-        let cluster = Cluster { tmp, tls, addr, scheduler, stop_tx, tasks };
-        wait_for("the agent to join", || cluster.scheduler.agents().len() == 1).await?;
-        Ok(cluster)
+            cache_dir: None,
+            consumerd: false,
+            ..ClusterConfig::default()
+        })
+        .await?;
+        let tmp = inner.dir.path().to_path_buf();
+        let scheduler = inner.scheduler.clone();
+        Ok(Cluster { inner, tmp, scheduler })
     }
 
     /// A consumerd's link to this scheduler.
-    fn link(&self, stats: Arc<Stats>, stop: watch::Receiver<bool>) -> Result<Link, BoxError> {
-        Ok(Link::start(link_config(self.addr, tls::load(&self.tls, CertRole::Consumerd)?), stats, stop))
+    fn link(&self, stats: Arc<Stats>) -> Result<Link, BoxError> {
+        self.inner.link(stats)
     }
 
     /// The one agent's token limit.
@@ -187,29 +167,13 @@ impl Cluster {
 
     /// The optimizer's last decision on the agent, as `ccroute status` shows it.
     async fn last_decision(&self) -> Result<String, BoxError> {
-        let report = ccroute::cli::status::fetch(self.addr, &tls::load(&self.tls, CertRole::Admin)?).await?;
+        let report = ccroute::cli::status::fetch(self.inner.addr, &self.inner.identity(CertRole::Admin)?).await?;
         Ok(report.agents.first().map(|a| a.last_decision.clone()).unwrap_or_default())
     }
 
-    async fn stop(mut self) {
-        let _ = self.stop_tx.send(true);
-        let all = async { while self.tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(Duration::from_secs(20), all).await.is_err() {
-            eprintln!("e2e: the cluster did not stop within 20 s");
-            self.tasks.abort_all();
-        }
+    async fn stop(self) {
+        self.inner.shutdown().await;
     }
-}
-
-async fn wait_for(what: &str, ready: impl Fn() -> bool) -> Result<(), BoxError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready() {
-        if Instant::now() > deadline {
-            return Err(format!("timed out after 30 s waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -299,7 +263,7 @@ async fn sample_builds(cluster: &Cluster, sample: &Path, size: Size) -> Result<B
     for round in 0..size.sample_rounds {
         let mut dirs = BTreeMap::new();
         for mode in Mode::ALL {
-            let build_dir = cluster.tmp.path().join(format!("build-{mode:?}-{round}"));
+            let build_dir = cluster.tmp.as_path().join(format!("build-{mode:?}-{round}"));
             let goals: Vec<String> = targets
                 .iter()
                 .map(|t| if t == "all" { t.clone() } else { build_dir.join(t).display().to_string() })
@@ -307,11 +271,11 @@ async fn sample_builds(cluster: &Cluster, sample: &Path, size: Size) -> Result<B
             let build = match mode {
                 Mode::Local => {
                     let t0 = Instant::now();
-                    make(sample, &build_dir, &goals, None, cluster.tmp.path()).await?;
+                    make(sample, &build_dir, &goals, None, cluster.tmp.as_path()).await?;
                     Build { secs: t0.elapsed().as_secs_f64(), ..Build::default() }
                 }
                 Mode::LocalFirst | Mode::PreferRemote => {
-                    let socket = cluster.tmp.path().join(format!("cd-{round}-{mode:?}"));
+                    let socket = cluster.tmp.as_path().join(format!("cd-{round}-{mode:?}"));
                     ccroute_build(cluster, sample, &build_dir, &goals, socket, mode == Mode::PreferRemote).await?
                 }
             };
@@ -349,12 +313,12 @@ async fn ccroute_build(
     let daemon = Consumerd::bind(config)?;
     let socket = daemon.socket_path().to_path_buf();
     let stats = daemon.stats();
-    let link = cluster.link(stats.clone(), stop.clone())?;
+    let link = cluster.link(stats.clone())?;
     let window = link.window();
     let serving = tokio::spawn(daemon.serve(Arc::new(link), flipped(stop)));
     wait_for("the consumerd to connect", || *window.borrow() > 0).await?;
     let t0 = Instant::now();
-    let made = make(sample, build_dir, goals, Some((&exe, &socket)), cluster.tmp.path()).await;
+    let made = make(sample, build_dir, goals, Some((&exe, &socket)), cluster.tmp.as_path()).await;
     let secs = t0.elapsed().as_secs_f64();
     let s = stats.snapshot();
     let window_then = *window.borrow();
@@ -630,9 +594,9 @@ async fn drive(
 }
 
 async fn remote_parts(cluster: &Cluster, size: Size, noop: bool, payload: bool) -> Result<(), BoxError> {
-    let (stop_tx, stop) = watch::channel(false);
-    // Driven directly: no local side, so its counters stay at zero.
-    let link = cluster.link(Arc::new(Stats::default()), stop)?;
+    // Driven directly: no local side, so its counters stay at zero. The
+    // link stops with the cluster.
+    let link = cluster.link(Arc::new(Stats::default()))?;
     let window = link.window();
     wait_for("the link to connect", || *window.borrow() > 0).await?;
     let jobs = Arc::new(Jobs::new());
@@ -646,7 +610,6 @@ async fn remote_parts(cluster: &Cluster, size: Size, noop: bool, payload: bool) 
         Ok::<(), BoxError>(())
     }
     .await;
-    let _ = stop_tx.send(true);
     result
 }
 
