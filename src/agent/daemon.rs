@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
 use super::toolchain::{discover, test_toolchain};
-use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -81,7 +81,7 @@ pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Re
         ..ExecutorConfig::default()
     })?);
     let mut sampler = CpuSampler::new();
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
     while !*shutdown.borrow() {
         let started = Instant::now();
@@ -103,15 +103,10 @@ pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Re
                 }
             }
         }
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = Duration::from_millis(500);
-        }
-        let jitter = 1.0 + 0.25 * f64::from((crate::scheduler::server::random_id() % 1000) as u32) / 1000.0;
         tokio::select! {
-            () = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            () = tokio::time::sleep(backoff.after(started.elapsed())) => {}
             _ = shutdown.changed() => {}
         }
-        backoff = backoff.mul_f64(std::f64::consts::SQRT_2).min(Duration::from_secs(5));
     }
     Ok(())
 }
@@ -195,18 +190,8 @@ async fn serve(
                 let Ok((id, mut header, object)) = done else { continue };
                 running.remove(&id);
                 header.task_id = id;
-                let message = Message::TaskResult(header);
-                if object.len() <= INLINE_PAYLOAD_MAX {
-                    if let Err(e) = writer.send(message, object).await {
-                        break Some(e.to_string());
-                    }
-                } else {
-                    let conn = conn.clone();
-                    senders.spawn(async move {
-                        if let Err(e) = net::send_on_new_stream(&conn, &message, object).await {
-                            tracing::debug!(error = %e, "result stream failed");
-                        }
-                    });
+                if let Err(e) = net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await {
+                    break Some(e.to_string());
                 }
                 continue;
             }

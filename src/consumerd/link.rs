@@ -220,7 +220,7 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, String> 
 
 /// Connects, serves, and reconnects with backoff until shutdown.
 async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
     while !*shutdown.borrow() {
         let started = Instant::now();
@@ -253,15 +253,10 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 }
             }
         }
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = Duration::from_millis(500);
-        }
-        let jitter = 1.0 + 0.25 * f64::from((crate::scheduler::server::random_id() % 1000) as u32) / 1000.0;
         tokio::select! {
-            () = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            () = tokio::time::sleep(backoff.after(started.elapsed())) => {}
             _ = shutdown.changed() => {}
         }
-        backoff = (backoff.mul_f64(std::f64::consts::SQRT_2)).min(Duration::from_secs(5));
     }
 }
 

@@ -467,61 +467,52 @@ pub async fn send_on_new_stream(conn: &Connection, message: &Message, payload: B
     send.finish().map_err(|_| NetError::StreamClosed { peer })
 }
 
+/// Sends a frame the way its size asks: inline on the control stream up to
+/// [`INLINE_PAYLOAD_MAX`], else on a uni stream of its own, spawned into
+/// `streams` so that the caller never waits on a large payload. `hold` (a
+/// budget reservation, say) lives until the bytes are handed to quinn.
+///
+/// # Errors
+/// The control stream's failure; a failed payload stream is only logged
+/// (its connection is going, and its loss is handled there).
+pub async fn send_sized<H: Send + 'static>(
+    conn: &Connection,
+    writer: &FrameWriter,
+    streams: &mut JoinSet<()>,
+    message: Message,
+    payload: Bytes,
+    hold: H,
+) -> Result<(), NetError> {
+    if payload.len() <= INLINE_PAYLOAD_MAX {
+        return writer.send(message, payload).await;
+    }
+    let conn = conn.clone();
+    streams.spawn(async move {
+        if let Err(e) = send_on_new_stream(&conn, &message, payload).await {
+            tracing::debug!(error = %e, message = message.name(), "payload stream failed");
+        }
+        drop(hold);
+    });
+    Ok(())
+}
+
 /// The frames a peer sends on uni streams (one frame per stream), each
 /// stream read concurrently so that a small frame is not stuck behind a
 /// large one.
 pub fn accept_frames(conn: Connection, limits: Limits) -> UniFrames {
-    UniFrames { conn, limits, reads: JoinSet::new(), lost: None, done: false }
+    UniFrames(accept_gated_frames(conn, limits, |m| std::future::ready((m, Admission::Read(())))))
 }
 
 /// Frames arriving on uni streams; see [`accept_frames`].
-pub struct UniFrames {
-    conn: Connection,
-    limits: Limits,
-    reads: JoinSet<Result<Frame, NetError>>,
-    lost: Option<ConnectionError>,
-    done: bool,
-}
-
-impl fmt::Debug for UniFrames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UniFrames")
-            .field("peer", &self.conn.remote_address())
-            .field("reading", &self.reads.len())
-            .finish_non_exhaustive()
-    }
-}
+#[derive(Debug)]
+pub struct UniFrames(GatedFrames<()>);
 
 impl UniFrames {
     /// The next frame, or the error of one stream (other streams go on).
     /// When the connection ends: its error once, then `None`. Cancel-safe.
     pub async fn next(&mut self) -> Option<Result<Frame, NetError>> {
-        let peer = self.conn.remote_address();
-        loop {
-            if let Some(source) = self.lost.take() {
-                self.reads.abort_all();
-                self.done = true;
-                return Some(Err(NetError::ConnectionLost { peer, source }));
-            }
-            if self.done {
-                return None;
-            }
-            tokio::select! {
-                biased;
-                Some(joined) = self.reads.join_next() => {
-                    return Some(joined.unwrap_or_else(|e| Err(NetError::Protocol {
-                        peer,
-                        detail: format!("the reader of a payload stream ended abnormally: {e}"),
-                    })));
-                }
-                accepted = self.conn.accept_uni() => match accepted {
-                    Ok(recv) => {
-                        self.reads.spawn(read_single_frame(recv, peer, self.limits));
-                    }
-                    Err(e) => self.lost = Some(e),
-                },
-            }
-        }
+        let next = self.0.next().await?;
+        Some(next.map(|g| Frame { message: g.message, payload: g.payload.unwrap_or_default() }))
     }
 }
 
@@ -635,29 +626,20 @@ async fn read_gated_frame<T>(
         }
         Admission::Read(token) => {
             let payload = reader.payload().await?;
-            Ok(Gated { message, payload: Some(payload), token })
-        }
-    }
-}
-
-/// Reads the one frame of a payload stream.
-async fn read_single_frame(recv: RecvStream, peer: SocketAddr, limits: Limits) -> Result<Frame, NetError> {
-    let mut reader = FrameReader::new(recv, peer, limits);
-    let Some(frame) = reader.next().await? else {
-        return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
-    };
-    match reader.next().await? {
-        None => Ok(frame),
-        Some(extra) => {
-            reader.stop(CloseReason::ProtocolError);
-            Err(NetError::Protocol {
-                peer,
-                detail: format!(
-                    "a payload stream carried a {} after its {}: one frame per stream",
-                    extra.message.name(),
-                    frame.message.name()
-                ),
-            })
+            match reader.next_header().await? {
+                None => Ok(Gated { message, payload: Some(payload), token }),
+                Some(extra) => {
+                    reader.stop(CloseReason::ProtocolError);
+                    Err(NetError::Protocol {
+                        peer,
+                        detail: format!(
+                            "a payload stream carried a {} after its {}: one frame per stream",
+                            extra.name(),
+                            message.name()
+                        ),
+                    })
+                }
+            }
         }
     }
 }

@@ -26,6 +26,7 @@
 //! Left out: what the daemons say to each other (their sessions), retries
 //! and reconnection, connection limits.
 
+pub mod backoff;
 pub mod endpoint;
 pub mod error;
 pub mod framed;
@@ -35,11 +36,12 @@ pub mod tls;
 #[cfg(test)]
 mod tests;
 
+pub use backoff::Backoff;
 pub use endpoint::{accept, client_endpoint, connect, server_endpoint, shutdown, TransportOptions};
 pub use error::{CloseReason, NetError};
 pub use framed::{
-    accept_frames, accept_gated_frames, send_on_new_stream, Admission, FrameReader, FrameWriter, Gated, GatedFrames,
-    Outgoing, StreamOptions, TrySendError, UniFrames, INLINE_PAYLOAD_MAX,
+    accept_frames, accept_gated_frames, send_on_new_stream, send_sized, Admission, FrameReader, FrameWriter, Gated,
+    GatedFrames, Outgoing, StreamOptions, TrySendError, UniFrames, INLINE_PAYLOAD_MAX,
 };
 pub use handshake::{accept_hello, client_handshake, ServerHandshake, HANDSHAKE_TIMEOUT};
 /// The QUIC types the API above hands out.

@@ -15,7 +15,7 @@
 //! its tasks cancelled, and the agents running them are told.
 
 use std::collections::HashSet;
-use std::task::Waker;
+use std::task::{Poll, Waker};
 
 use ccroute_wire::{CpuSample, RetryReason, Toolchain, ToolchainKey};
 use rustc_hash::FxHashMap;
@@ -304,6 +304,18 @@ impl<J: Job> AgentSession<J> {
         self.entry.outbox.register(waker);
     }
 
+    /// Waits for the next thing to send the agent (any async runtime).
+    pub async fn next(&mut self) -> Dispatch<J> {
+        std::future::poll_fn(|cx| {
+            if let Some(d) = self.poll() {
+                return Poll::Ready(d);
+            }
+            self.register_waker(cx.waker());
+            self.poll().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
+    }
+
     /// The agent answered `task`.
     ///
     /// # Errors
@@ -561,6 +573,18 @@ impl<J: Job> ConsumerdSession<J> {
     /// registering before going to sleep.
     pub fn register_waker(&self, waker: &Waker) {
         self.entry.outbox.register(waker);
+    }
+
+    /// Waits for the next answer (any async runtime).
+    pub async fn next_answer(&mut self) -> Answer<J::Answer> {
+        std::future::poll_fn(|cx| {
+            if let Some(a) = self.poll_answer() {
+                return Poll::Ready(a);
+            }
+            self.register_waker(cx.waker());
+            self.poll_answer().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
     }
 
     /// Replaces the toolchains the consumerd announces. Routes for new ones

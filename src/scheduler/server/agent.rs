@@ -9,9 +9,7 @@
 //! payload budget is reserved before it is read. When the connection ends,
 //! dropping the session places everything the agent held again.
 
-use std::future::poll_fn;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,7 +20,7 @@ use tokio::task::JoinSet;
 use super::consumerd::Ticket;
 use super::job::{AgentAnswer, NetJob};
 use super::{peer_info, State};
-use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake, INLINE_PAYLOAD_MAX};
+use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake};
 use crate::scheduler::{AgentSession, Dispatch, TaskId};
 
 /// How often the agent's token limit is checked for a change to report.
@@ -114,7 +112,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                     }
                 }
             },
-            dispatch = next_dispatch(&mut session) => {
+            dispatch = session.next() => {
                 if send_dispatch(&conn, &writer, &mut senders, dispatch).await.is_err() {
                     break Ok(());
                 }
@@ -185,21 +183,6 @@ fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) ->
     }
 }
 
-/// The next thing the core has for this agent.
-async fn next_dispatch(session: &mut AgentSession<NetJob>) -> Dispatch<NetJob> {
-    poll_fn(|cx| {
-        if let Some(d) = session.poll() {
-            return Poll::Ready(d);
-        }
-        session.register_waker(cx.waker());
-        match session.poll() {
-            Some(d) => Poll::Ready(d),
-            None => Poll::Pending,
-        }
-    })
-    .await
-}
-
 /// Sends a task (under the scheduler's id for it) or a cancel.
 async fn send_dispatch(
     conn: &quinn::Connection,
@@ -212,18 +195,7 @@ async fn send_dispatch(
         Dispatch::Assign(task) => {
             let body = task.body();
             let header = TaskHeader { task_id: task.id().0, ..body.header.clone() };
-            let payload = body.payload.clone();
-            if payload.len() <= INLINE_PAYLOAD_MAX {
-                return writer.send(Message::Task(header), payload).await;
-            }
-            let conn = conn.clone();
-            senders.spawn(async move {
-                if let Err(e) = net::send_on_new_stream(&conn, &Message::Task(header), payload).await {
-                    // The connection is going; its loss places the task again.
-                    tracing::debug!(error = %e, "task stream failed");
-                }
-            });
-            Ok(())
+            net::send_sized(conn, writer, senders, Message::Task(header), body.payload.clone(), ()).await
         }
     }
 }

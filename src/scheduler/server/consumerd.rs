@@ -9,10 +9,8 @@
 //! large objects on a stream of their own, spawned so that the loop never
 //! waits on one.
 
-use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +24,7 @@ use super::cache::Lookup;
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use super::{peer_info, State};
 use crate::cache::CachedResult;
-use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake, INLINE_PAYLOAD_MAX};
+use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake};
 use crate::scheduler::budget::Reservation;
 use crate::scheduler::{Answer, ConsumerdSession, Reply};
 
@@ -169,7 +167,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                     }
                 }
             },
-            answer = next_answer(&mut session) => {
+            answer = session.next_answer() => {
                 if send_answer(&conn, &writer, &mut senders, answer).await.is_err() {
                     break Ok(());
                 }
@@ -273,21 +271,6 @@ fn run_locally(task_id: u64, reason: RetryReason) -> ResultHeader {
     ResultHeader::bare(task_id, Outcome::Retry(RetryAction::RunLocally, reason))
 }
 
-/// The next answer the core has for this consumerd.
-async fn next_answer(session: &mut ConsumerdSession<NetJob>) -> Answer<AgentAnswer> {
-    poll_fn(|cx| {
-        if let Some(a) = session.poll_answer() {
-            return Poll::Ready(a);
-        }
-        session.register_waker(cx.waker());
-        match session.poll_answer() {
-            Some(a) => Poll::Ready(a),
-            None => Poll::Pending,
-        }
-    })
-    .await
-}
-
 /// Sends one answer under the consumerd's id for its task.
 async fn send_answer(
     conn: &quinn::Connection,
@@ -303,15 +286,5 @@ async fn send_answer(
         }
         Reply::RunLocally(reason) => (run_locally(answer.client_id, reason), Bytes::new(), None),
     };
-    if payload.len() <= INLINE_PAYLOAD_MAX {
-        return writer.send(Message::TaskResult(header), payload).await;
-    }
-    let conn = conn.clone();
-    senders.spawn(async move {
-        if let Err(e) = net::send_on_new_stream(&conn, &Message::TaskResult(header), payload).await {
-            tracing::debug!(error = %e, "result stream failed");
-        }
-        drop(reservation);
-    });
-    Ok(())
+    net::send_sized(conn, writer, senders, Message::TaskResult(header), payload, reservation).await
 }
