@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ccroute_wire::{Cancel, Frame, Hello, Message, TaskHeader, UsageLimit, Welcome};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::consumerd::Ticket;
+use super::cache::Lookup;
+use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob};
 use super::{peer_info, State};
 use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake};
@@ -26,19 +26,11 @@ use crate::scheduler::{AgentSession, Dispatch, TaskId};
 /// How often the agent's token limit is checked for a change to report.
 const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
-// Frames are the common case and move once, through a channel: boxing
-// each would cost an allocation per frame.
-#[allow(clippy::large_enum_variant)]
-enum Event {
-    Frame(Frame, Ticket),
-    Failed(Box<NetError>),
-}
-
 /// Serves one agent until its connection ends.
 pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let mut session = state.scheduler.connect_agent(peer_info(&hello), &hello.body.toolchains, hello.body.usage_limit);
     let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
-    let (writer, mut reader) = match hs.welcome(welcome, &State::control_stream()).await {
+    let (writer, reader) = match hs.welcome(welcome, &State::control_stream()).await {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
@@ -46,55 +38,16 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         }
     };
     tracing::info!(toolchains = hello.body.toolchains.len(), limit = session.token_limit(), "agent joined");
-    let (tx, mut rx) = mpsc::channel::<Event>(256);
-    let mut readers = JoinSet::new();
-    {
-        let tx = tx.clone();
-        readers.spawn(async move {
-            loop {
-                let event = match reader.next().await {
-                    Ok(Some(frame)) => Event::Frame(frame, Ticket::Plain),
-                    Ok(None) => break,
-                    Err(e) => Event::Failed(Box::new(e)),
-                };
-                let failed = matches!(event, Event::Failed(_));
-                if tx.send(event).await.is_err() || failed {
-                    break;
-                }
-            }
-        });
-    }
-    {
-        let tx = tx.clone();
-        let budget = state.budget.clone();
-        let mut uni = net::accept_gated_frames(conn.clone(), ccroute_wire::Limits::DEFAULT, move |message: Message| {
-            // A result must be read even past the budget: its task is
-            // waiting for it, and the agent's token comes back with it.
-            let ticket = match budget.try_reserve(message.payload_len()) {
-                Some(r) => Ticket::Reserved(r, super::cache::Lookup::Unchecked),
-                None => Ticket::OverBudget,
-            };
-            std::future::ready((message, Admission::Read(ticket)))
-        });
-        readers.spawn(async move {
-            while let Some(next) = uni.next().await {
-                let event = match next {
-                    Ok(g) => {
-                        Event::Frame(Frame { message: g.message, payload: g.payload.unwrap_or_default() }, g.token)
-                    }
-                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(Box::new(e)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "bad result stream");
-                        continue;
-                    }
-                };
-                if tx.send(event).await.is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    drop(tx);
+    let budget = state.budget.clone();
+    let (mut rx, mut readers) = spawn_readers(conn.clone(), reader, move |message: Message| {
+        // A result must be read even past the budget: its task is waiting
+        // for it, and the agent's token comes back with it.
+        let ticket = match budget.try_reserve(message.payload_len()) {
+            Some(r) => Ticket::Reserved(r, Lookup::Unchecked),
+            None => Ticket::OverBudget,
+        };
+        std::future::ready((message, Admission::Read(ticket)))
+    });
 
     let mut senders = JoinSet::new();
     let mut last_limit = session.token_limit();
@@ -104,9 +57,10 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
-                Some(Event::Failed(e)) if matches!(*e, NetError::ConnectionLost { .. }) => break Ok(()),
-                Some(Event::Failed(e)) => break Err(e.to_string()),
-                Some(Event::Frame(frame, ticket)) => {
+                Some(Inbound::Failed(e)) if matches!(*e, NetError::ConnectionLost { .. }) => break Ok(()),
+                Some(Inbound::Failed(e)) => break Err(e.to_string()),
+                Some(Inbound::Frame { message, payload, ticket }) => {
+                    let frame = Frame { message, payload: payload.unwrap_or_default() };
                     if let Err(why) = on_frame(&mut session, frame, ticket) {
                         break Err(why);
                     }

@@ -17,38 +17,18 @@ use bytes::Bytes;
 use ccroute_wire::{
     Frame, Hello, Message, Outcome, PreferredRemoteLimit, ResultHeader, RetryAction, RetryReason, TaskHeader, Welcome,
 };
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cache::Lookup;
+use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use super::{peer_info, State};
-use crate::cache::CachedResult;
 use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake};
 use crate::scheduler::budget::Reservation;
 use crate::scheduler::{Answer, ConsumerdSession, Reply};
 
 /// How often the consumerd's preferred remote limit is checked for a change.
 const LIMIT_CHECK: Duration = Duration::from_millis(100);
-
-/// What the gate decided about a payload.
-#[derive(Debug)]
-pub(crate) enum Ticket {
-    /// Budget reserved for it (and, for a task, what the cache said).
-    Reserved(Reservation, Lookup),
-    /// Over budget: not read.
-    OverBudget,
-    /// A cache hit: not read, answered from the cache.
-    Hit(CachedResult),
-    /// Not a payload-carrying task.
-    Plain,
-}
-
-enum Event {
-    Frame(Frame, Ticket),
-    Skipped(Message, Ticket),
-    Failed(NetError),
-}
 
 /// Serves one consumerd until its connection ends.
 pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
@@ -61,81 +41,37 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     let welcome = Welcome { scheduler_id: state.id, limit: session.remote_limit() };
     // What the consumerd was told; a tick during the handshake is sent below.
     let mut last_limit = welcome.limit;
-    let (writer, mut reader) = match hs.welcome(welcome, &State::control_stream()).await {
+    let (writer, reader) = match hs.welcome(welcome, &State::control_stream()).await {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
             return;
         }
     };
-    let (tx, mut rx) = mpsc::channel::<Event>(256);
-    let mut readers = JoinSet::new();
-    {
-        let tx = tx.clone();
-        readers.spawn(async move {
-            loop {
-                match reader.next().await {
-                    Ok(Some(frame)) => {
-                        let ticket = Ticket::Plain;
-                        if tx.send(Event::Frame(frame, ticket)).await.is_err() {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = tx.send(Event::Failed(e)).await;
-                        break;
-                    }
-                }
-            }
-        });
-    }
-    {
-        let tx = tx.clone();
-        let budget = state.budget.clone();
-        let cache = state.cache.clone();
-        let mut uni = net::accept_gated_frames(conn.clone(), ccroute_wire::Limits::DEFAULT, move |message: Message| {
-            let budget = budget.clone();
-            let cache = cache.clone();
-            async move {
-                let Message::Task(t) = &message else {
-                    return (message, Admission::Read(Ticket::Plain));
-                };
-                // The cache first: a hit never reads the source.
-                let lookup = match (&cache, t.cache_key) {
-                    (Some(cache), Some(key)) => match cache.storage().get(&key).await {
-                        Some(hit) => return (message, Admission::Skip(Ticket::Hit(hit))),
-                        None => Lookup::Missed,
-                    },
-                    _ => Lookup::Missed,
-                };
-                let admission = match budget.try_reserve(t.payload.len) {
-                    Some(r) => Admission::Read(Ticket::Reserved(r, lookup)),
-                    None => Admission::Skip(Ticket::OverBudget),
-                };
-                (message, admission)
-            }
-        });
-        readers.spawn(async move {
-            while let Some(next) = uni.next().await {
-                let event = match next {
-                    Ok(g) => match g.payload {
-                        Some(payload) => Event::Frame(Frame { message: g.message, payload }, g.token),
-                        None => Event::Skipped(g.message, g.token),
-                    },
-                    Err(e @ NetError::ConnectionLost { .. }) => Event::Failed(e),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "bad payload stream");
-                        continue;
-                    }
-                };
-                if tx.send(event).await.is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    drop(tx);
+    let budget = state.budget.clone();
+    let cache = state.cache.clone();
+    let (mut rx, mut readers) = spawn_readers(conn.clone(), reader, move |message: Message| {
+        let budget = budget.clone();
+        let cache = cache.clone();
+        async move {
+            let Message::Task(t) = &message else {
+                return (message, Admission::Read(Ticket::Plain));
+            };
+            // The cache first: a hit never reads the source.
+            let lookup = match (&cache, t.cache_key) {
+                (Some(cache), Some(key)) => match cache.storage().get(&key).await {
+                    Some(hit) => return (message, Admission::Skip(Ticket::Hit(hit))),
+                    None => Lookup::Missed,
+                },
+                _ => Lookup::Missed,
+            };
+            let admission = match budget.try_reserve(t.payload.len) {
+                Some(r) => Admission::Read(Ticket::Reserved(r, lookup)),
+                None => Admission::Skip(Ticket::OverBudget),
+            };
+            (message, admission)
+        }
+    });
 
     let mut senders = JoinSet::new();
     let mut check = tokio::time::interval(LIMIT_CHECK);
@@ -144,20 +80,21 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
-                Some(Event::Failed(NetError::ConnectionLost { .. })) => break Ok(()),
-                Some(Event::Failed(e)) => break Err(e.to_string()),
-                Some(Event::Frame(frame, ticket)) => {
+                Some(Inbound::Failed(e)) if matches!(*e, NetError::ConnectionLost { .. }) => break Ok(()),
+                Some(Inbound::Failed(e)) => break Err(e.to_string()),
+                Some(Inbound::Frame { message, payload: Some(payload), ticket }) => {
+                    let frame = Frame { message, payload };
                     if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
                         break Err(why);
                     }
                 }
-                Some(Event::Skipped(Message::Task(t), Ticket::Hit(hit))) => {
+                Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(hit) }) => {
                     // Through the core like any task (counted, and answered by the cache hook).
                     if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, Lookup::Hit(hit)).await {
                         break Err(why);
                     }
                 }
-                Some(Event::Skipped(message, _)) => {
+                Some(Inbound::Frame { message, payload: None, .. }) => {
                     if let Message::Task(t) = message {
                         state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
                         let h = run_locally(t.task_id, RetryReason::OverBudget);

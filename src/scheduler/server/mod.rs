@@ -23,6 +23,7 @@ pub mod admin;
 pub mod agent;
 pub mod cache;
 pub mod consumerd;
+mod inbound;
 pub mod job;
 
 use std::future::Future;
