@@ -70,6 +70,30 @@ fn make_through_the_wrapper_gives_byte_identical_objects() {
     }
 }
 
+/// clang and clang++ too, where installed (clang keeps `-g` compiles local:
+/// its debug info records a checksum of the source file as it read it).
+#[test]
+fn clang_builds_through_the_wrapper_are_byte_identical() {
+    if !Command::new("clang").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: clang is not installed (./scripts/test installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    project::generate(dir.path(), Shape { c: 8, cxx: 3 });
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--jobs", "4"]);
+    c.start_consumerd(1, true);
+    c.wait_ready(1);
+    assert_ok(&make(dir.path(), &build_args("local", "-O2 -Wall", "clang", "clang++"), &[]), None);
+    let before = remote_answers(&c);
+    let out =
+        make(dir.path(), &build_args("remote", "-O2 -Wall", &wrapped("clang"), &wrapped("clang++")), &c.wrapper_env());
+    assert_ok(&out, Some(&c));
+    assert_same_objects(&objects(&dir.path().join("local")), &objects(&dir.path().join("remote")));
+    assert!(remote_answers(&c) - before >= 3, "clang compiles did not go remote\n{}", c.logs());
+}
+
 #[test]
 fn cmake_launcher_and_masquerade_symlinks_build_the_same_objects() {
     let have_cmake = Command::new("cmake").arg("--version").output().is_ok_and(|o| o.status.success());
