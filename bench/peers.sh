@@ -14,6 +14,7 @@
 #                     full run, nothing for --quick)
 #   --keep            keep the work directory (logs, corpora) and say where
 #   --report DIR      only render the report again from a kept work directory
+#                     (to BENCHMARKS.md, or --out FILE)
 #
 # What it does:
 #   1. installs what is missing from Debian's packages (as root, apt-get):
@@ -27,7 +28,8 @@
 #      compiles), and ccroute's scheduler, one agent and a consumerd, all on
 #      127.0.0.1;
 #   5. builds every corpus with every tool, round after round, rotating the
-#      order in each round; each build is compared with the local gcc build of
+#      order in each round; each build's wall time, and the CPU time of all it
+#      started (counted in a cgroup), are compared with the local gcc build of
 #      its own round, and each daemon's counters show how many jobs it served;
 #   6. prints the table (and writes the report);
 #   7. stops what it started, by PID, and removes the temporary directory,
@@ -398,6 +400,7 @@ cpu_meter_stop() {
 inner_cleanup() {
     local status=$? pid i n
     trap - EXIT INT TERM
+    ((status == 0)) || say "stopping the ${#PIDS[@]} daemons this run started, by PID"
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         pid=${PIDS[i]}
         kill -0 "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null
