@@ -81,8 +81,12 @@ fn run_ccroute(shape: Shape, threads: usize, total: u64) -> Duration {
     let done = AtomicU64::new(0);
     let all_done = AtomicBool::new(false);
     let start = Barrier::new(threads + 1);
+    // The last worker to finish says when; the main thread blocks meanwhile
+    // (spinning, it would take a core from the workers on a 2-core machine).
+    let (finished_tx, finished) = mpsc::channel::<Instant>();
     let elapsed = std::thread::scope(|scope| {
         for mine in agents.iter_mut() {
+            let finished_tx = finished_tx.clone();
             let (sched, tcs, keys, done, all_done, start) = (&sched, &tcs, &keys, &done, &all_done, &start);
             scope.spawn(move || {
                 let mut cd = sched.connect_consumerd(peer(1_000_000), tcs);
@@ -108,6 +112,7 @@ fn run_ccroute(shape: Shape, threads: usize, total: u64) -> Duration {
                     if answered == per_thread {
                         if done.fetch_add(1, Ordering::AcqRel) + 1 == threads as u64 {
                             all_done.store(true, Ordering::Release);
+                            let _ = finished_tx.send(Instant::now());
                         }
                         // Keep serving this thread's agents until everyone is done.
                         while !all_done.load(Ordering::Acquire) {
@@ -129,10 +134,7 @@ fn run_ccroute(shape: Shape, threads: usize, total: u64) -> Duration {
         }
         start.wait();
         let t0 = Instant::now();
-        while !all_done.load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-        t0.elapsed()
+        finished.recv().map_or_else(|_| t0.elapsed(), |end| end - t0)
     });
     assert_eq!(sched.totals().completed, per_thread * threads as u64, "every cycle answered once");
     elapsed
@@ -212,8 +214,10 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
     let done = AtomicU64::new(0);
     let all_done = AtomicBool::new(false);
     let start = Barrier::new(threads + 1);
+    let (finished_tx, finished) = mpsc::channel::<Instant>();
     std::thread::scope(|scope| {
         for t in 0..threads {
+            let finished_tx = finished_tx.clone();
             let mine: Vec<(usize, mpsc::Receiver<u64>)> = (0..shape.agents)
                 .filter(|a| a % threads == t)
                 .filter_map(|a| agent_rx[a].take().map(|rx| (a, rx)))
@@ -241,6 +245,7 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
                     if answered == per_thread {
                         if done.fetch_add(1, Ordering::AcqRel) + 1 == threads as u64 {
                             all_done.store(true, Ordering::Release);
+                            let _ = finished_tx.send(Instant::now());
                         }
                         while !all_done.load(Ordering::Acquire) {
                             for (a, rx) in &mine {
@@ -257,10 +262,7 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
         }
         start.wait();
         let t0 = Instant::now();
-        while !all_done.load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-        t0.elapsed()
+        finished.recv().map_or_else(|_| t0.elapsed(), |end| end - t0)
     })
 }
 
@@ -290,7 +292,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Both implementations alternately, same workload: the ratio holds on a
 /// noisy machine where absolute times do not.
 fn paired(total: u64, rounds: usize) {
-    println!("\npaired runs: {total} cycles each, median of {rounds}, ratio = ccroute / mutex reference");
+    println!(
+        "\npaired runs: {total} cycles each, medians of {rounds}, ratio = ccroute / mutex reference of the same round"
+    );
     for shape in SHAPES {
         for threads in [1, 2] {
             let (mut ours, mut theirs) = (vec![], vec![]);
@@ -298,15 +302,19 @@ fn paired(total: u64, rounds: usize) {
                 ours.push(total as f64 / run_ccroute(shape, threads, total).as_secs_f64());
                 theirs.push(total as f64 / run_reference(shape, threads, total).as_secs_f64());
             }
-            let (o, t) = (median(ours), median(theirs));
+            let ratios: Vec<f64> = ours.iter().zip(&theirs).map(|(o, t)| o / t).collect();
+            let (lo, hi) = ratios.iter().fold((f64::MAX, 0.0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+            let (o, t, r) = (median(ours), median(theirs), median(ratios));
             println!(
-                "{:<26} {} thread{}: ccroute {:>10.0} cycles/s   mutex {:>10.0} cycles/s   ratio {:.2}x",
+                "{:<26} {} thread{}: ccroute {:>10.0} cycles/s   mutex {:>10.0} cycles/s   ratio {:.2}x (paired runs {:.2}x-{:.2}x)",
                 shape.name,
                 threads,
                 if threads == 1 { " " } else { "s" },
                 o,
                 t,
-                o / t
+                r,
+                lo,
+                hi
             );
         }
     }
@@ -337,8 +345,11 @@ fn main() {
         println!("dispatch: smoke run ok");
         return;
     }
-    let mut c = Criterion::default().configure_from_args();
-    criterion_groups(&mut c);
-    c.final_summary();
-    paired(400_000, 5);
+    // DISPATCH_PAIRED=1: only the paired comparison.
+    if std::env::var_os("DISPATCH_PAIRED").is_none() {
+        let mut c = Criterion::default().configure_from_args();
+        criterion_groups(&mut c);
+        c.final_summary();
+    }
+    paired(400_000, 9);
 }

@@ -241,6 +241,8 @@ pub struct AgentSession<J: Job> {
     entry: Arc<AgentEntry<J>>,
     /// Tasks sent to the agent and not answered, with the attempt they were sent at.
     outstanding: FxHashMap<TaskId, (Arc<Task<J>>, u8)>,
+    /// A copy of the agent's routes: only this session changes them.
+    routes: Vec<Arc<Route<J>>>,
 }
 
 impl<J: Job> AgentSession<J> {
@@ -261,7 +263,8 @@ impl<J: Job> AgentSession<J> {
             full_seen: AtomicBool::new(false),
         });
         core.agents.insert(id, entry.clone());
-        let mut session = AgentSession { core: core.clone(), entry, outstanding: FxHashMap::default() };
+        let mut session =
+            AgentSession { core: core.clone(), entry, outstanding: FxHashMap::default(), routes: Vec::new() };
         session.set_toolchains(toolchains);
         tracing::info!(agent = ?id, node = %format_args!("{:032x}", peer.node_id), limit = max_limit, "agent connected");
         session
@@ -338,7 +341,7 @@ impl<J: Job> AgentSession<J> {
         } else {
             self.entry.counters.stale.bump();
         }
-        self.core.serve_routes_of(&self.entry);
+        self.core.serve_routes(&self.routes);
         Ok(())
     }
 
@@ -366,6 +369,7 @@ impl<J: Job> AgentSession<J> {
             }
         }
         drop(current);
+        self.routes.clone_from(&kept);
         self.entry.routes.update(|_| kept);
         for route in &dropped {
             self.core.detach_agent(route, &self.entry);
@@ -549,11 +553,14 @@ impl<J: Job> ConsumerdSession<J> {
     pub fn poll_answer(&mut self) -> Option<Answer<J::Answer>> {
         while let Some(answer) = self.entry.outbox.pop() {
             // The id may have been cancelled and reused since: match the task.
-            match self.tasks.get(&answer.client_id) {
+            match self.tasks.remove(&answer.client_id) {
                 Some(t) if t.id == answer.task => {}
-                _ => continue,
+                Some(other) => {
+                    self.tasks.insert(answer.client_id, other);
+                    continue;
+                }
+                None => continue,
             }
-            self.tasks.remove(&answer.client_id);
             let c = &self.entry.counters;
             match &answer.reply {
                 Reply::Done(a) => match J::classify(a) {

@@ -268,25 +268,28 @@ impl<J: Job> Core<J> {
     /// Places a task that is QUEUED: on an agent with a free token, or in its
     /// lane; or answers it when its route has no agent or no room.
     pub(crate) fn place(&self, task: Arc<Task<J>>) {
-        let route = task.route.clone();
-        let agents = route.agents.load();
-        if let Some(agent) = route.pick_agent(&agents) {
-            if !self.try_assign(agent, &task) {
+        // No clone of the route's Arc on this path: its count is shared by
+        // every thread placing on it.
+        let agents = task.route.agents.load();
+        if let Some(agent) = task.route.pick_agent(&agents) {
+            if self.try_assign(agent, task).is_err() {
                 // The task ended meanwhile; the token we took is free again.
                 agent.tokens.release();
                 self.serve_routes_of(agent);
             }
             return;
         }
-        if agents.is_empty() {
+        let no_agents = agents.is_empty();
+        drop(agents);
+        if no_agents {
             self.end_waiting(&task, RetryReason::NoAgents);
             return;
         }
-        drop(agents);
-        if route.queued() >= self.config.max_queued_per_route {
+        if task.route.queued() >= self.config.max_queued_per_route {
             self.end_waiting(&task, RetryReason::QueueFull);
             return;
         }
+        let route = task.route.clone();
         self.enqueue(&route, task);
         self.dispatch(&route);
     }
@@ -309,15 +312,16 @@ impl<J: Job> Core<J> {
         }
     }
 
-    /// CAS QUEUED → ASSIGNED(agent) and hand the task to the agent. The caller
-    /// holds a token on `agent`; on `false` it still does.
-    fn try_assign(&self, agent: &AgentEntry<J>, task: &Arc<Task<J>>) -> bool {
+    /// CAS QUEUED → ASSIGNED(agent) and hand the task (moved, not cloned)
+    /// to the agent. The caller holds a token on `agent`; on `Err` — the task
+    /// had ended — it still does.
+    fn try_assign(&self, agent: &AgentEntry<J>, task: Arc<Task<J>>) -> Result<(), Arc<Task<J>>> {
         let s = task.state();
         if s.phase != Phase::Queued || !task.transition(s, State::assigned(agent.id.0, s.attempt)) {
-            return false;
+            return Err(task);
         }
-        agent.outbox.push(AgentEvent::Assign(task.clone()));
-        true
+        agent.outbox.push(AgentEvent::Assign(task));
+        Ok(())
     }
 
     /// Serves waiting tasks of `route` while it has both waiting tasks and
@@ -347,7 +351,7 @@ impl<J: Job> Core<J> {
             loop {
                 match route.pop() {
                     Some(task) => {
-                        if self.try_assign(agent, &task) {
+                        if self.try_assign(agent, task).is_ok() {
                             continue 'outer;
                         }
                     }
@@ -365,11 +369,16 @@ impl<J: Job> Core<J> {
 
     /// After a token of `agent` came back: serve the waiting tasks of its routes.
     pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>) {
+        self.serve_routes(&agent.routes.load());
+    }
+
+    /// As [`Core::serve_routes_of`], given the agent's routes (its session
+    /// keeps a copy, sparing the snapshot load on every completion).
+    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>]) {
         // Pairs with the fence in `enqueue`: the token given back is ordered
         // before these looks at `queued`.
         fence(Ordering::SeqCst);
-        let routes = agent.routes.load();
-        for route in routes.iter() {
+        for route in routes {
             if route.queued() > 0 {
                 self.dispatch(route);
             }
