@@ -412,9 +412,9 @@ pub struct ConsumerdStatus {
 pub struct Totals {
     /// Tasks submitted.
     pub requests: u64,
-    /// Answered with a successful compile (cache hits included).
+    /// Answered with an agent's successful compile.
     pub completed: u64,
-    /// Answered with a compile failure.
+    /// Answered with an agent's compile failure, or an agent's internal error.
     pub failed: u64,
     /// Answered "run it locally" (no agent, queue full, attempts exhausted, ...).
     pub retried: u64,
