@@ -185,3 +185,74 @@ fn peers_with_a_foreign_or_wrong_role_certificate_are_refused() {
     c.start_agent(&["--test-toolchain", "--no-discover"]);
     c.wait_ready(1);
 }
+
+/// Bounded memory: past the scheduler's payload budget a task is answered
+/// "run it locally" at once — its payload never read — and the scheduler
+/// goes on serving tasks that fit.
+#[test]
+fn past_the_payload_budget_tasks_go_back_to_run_locally() {
+    use ccroute_wire::{RetryAction, RetryReason};
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--payload-budget", "200000", "--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover"]);
+    c.wait_ready(1);
+    // Incompressible, so the wire size is the size.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let big: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let small = b"int s(void) { return 0; }\n".to_vec();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        cd.send(1, &spec(0), &big, None).await;
+        let (h, _) = cd.result().await;
+        assert_eq!(h.outcome, Outcome::Retry(RetryAction::RunLocally, RetryReason::OverBudget));
+        cd.send(2, &spec(0), &small, None).await;
+        let (h, object) = cd.result().await;
+        assert_eq!(h.outcome, Outcome::Success);
+        assert_eq!(object, ccroute::agent::executor::test_object(&small));
+    });
+    let s = c.status();
+    assert_eq!(s["payload_bytes"], 0, "every reservation came back: {s}");
+}
+
+/// A consumerd that disappears cancels its tasks on the agents: the agent
+/// stops the compile and its token comes back long before the compile
+/// would have ended.
+#[test]
+fn a_consumerd_leaving_frees_the_agents_it_was_using() {
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover", "--jobs", "2"]);
+    c.wait_ready(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let cd = RawConsumerd::connect(&c.tls, addr).await;
+        cd.send(1, &spec(60_000), b"int slow(void);\n", None).await;
+        cd.send(2, &spec(60_000), b"int slower(void);\n", None).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.status()["agents"][0]["tokens_in_use"] != 2 {
+            assert!(Instant::now() < deadline, "the tasks never reached the agent");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cd.conn.close(0u32.into(), b"gone");
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = c.status();
+        if s["agents"][0]["tokens_in_use"] == 0 && s["consumerds"].as_array().unwrap().is_empty() {
+            assert_eq!(s["totals"]["cancelled"], 2, "{s}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent still runs a cancelled consumerd's tasks: {s}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -83,6 +83,19 @@ pub struct AgentLoad {
     pub tasks_waited: bool,
 }
 
+/// One consumerd as the optimizer sees it, from [`Scheduler::consumerd_loads`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerdLoad {
+    /// The consumerd.
+    pub id: ConsumerdId,
+    /// Tasks it wants remote now.
+    pub wanted: u32,
+    /// Tasks it submitted so far.
+    pub submitted: u64,
+    /// Of those, answered by a hook (the cache) so far.
+    pub intercepted: u64,
+}
+
 /// The scheduler's id for a connected agent (never reused while it runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(pub u32);
@@ -341,10 +354,11 @@ impl<J: Job> Scheduler<J> {
         out
     }
 
-    /// What each connected consumerd wants remote: what it last said, or
-    /// its tasks in flight if it never said.
-    pub fn consumerd_demands(&self) -> Vec<(ConsumerdId, u32)> {
-        let mut out: Vec<(ConsumerdId, u32)> = self
+    /// What each connected consumerd wants remote — what it last said, or
+    /// its tasks in flight if it never said — and how many of its tasks the
+    /// hooks (the cache) answered so far.
+    pub fn consumerd_loads(&self) -> Vec<ConsumerdLoad> {
+        let mut out: Vec<ConsumerdLoad> = self
             .core
             .consumerds
             .values()
@@ -352,10 +366,15 @@ impl<J: Job> Scheduler<J> {
             .map(|c| {
                 let said = c.demand.load(Ordering::Relaxed);
                 let wanted = if said == u32::MAX { c.in_flight.load(Ordering::Relaxed) as u32 } else { said };
-                (c.id, wanted)
+                ConsumerdLoad {
+                    id: c.id,
+                    wanted,
+                    submitted: c.counters.submitted.get(),
+                    intercepted: c.counters.intercepted.get(),
+                }
             })
             .collect();
-        out.sort_by_key(|c| c.0);
+        out.sort_by_key(|c| c.id);
         out
     }
 

@@ -1,8 +1,12 @@
 //! The optimizer thread: a plain `std::thread` that, once per interval,
 //! drains every agent's ring of CPU samples, runs one [`Optimizer::tick`],
-//! and applies what comes back — each agent's token limit, each consumerd's
-//! preferred remote limit — keeping the last decision per agent for status
-//! pages.
+//! and applies each agent's new token limit; and, ten times as often, gives
+//! each consumerd its preferred remote limit — its fair share of the agents'
+//! limits, raised by the share of its own recent tasks the cache answered
+//! (those never take a token). The shares follow faster than the limits
+//! because a build's demand changes within a second (a warm rebuild asks the
+//! cache for everything at once), while a CPU verdict needs seconds of
+//! samples. It keeps the last decision per agent for status pages.
 //!
 //! It touches the core only through [`Scheduler`]'s methods: the rings are
 //! lock-free (`ArrayQueue`), limits are atomics, and the decisions it keeps
@@ -21,8 +25,10 @@ use crate::scheduler::{AgentId, ConsumerdId, Job, Scheduler};
 /// How the optimizer thread runs.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
-    /// Time between ticks (agents sample every second).
+    /// Time between agent-limit ticks (agents sample every second).
     pub interval: Duration,
+    /// Time between consumerd-share ticks.
+    pub share_interval: Duration,
     /// The control law's knobs.
     pub params: Params,
     /// Whether agents' token limits follow the control law; when false each
@@ -32,7 +38,12 @@ pub struct DriverConfig {
 
 impl Default for DriverConfig {
     fn default() -> Self {
-        DriverConfig { interval: Duration::from_secs(1), params: Params::default(), tune_agents: true }
+        DriverConfig {
+            interval: Duration::from_secs(1),
+            share_interval: Duration::from_millis(100),
+            params: Params::default(),
+            tune_agents: true,
+        }
     }
 }
 
@@ -50,9 +61,6 @@ pub struct DecisionView {
     /// PSI pressure over the last interval.
     pub pressure: Option<f64>,
 }
-
-/// Where the cache hit ratio comes from (0..1).
-pub type HitRatio = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 struct Shared {
     stop: AtomicBool,
@@ -76,18 +84,25 @@ impl OptimizerThread {
     ///
     /// # Errors
     /// When the OS refuses a thread.
-    pub fn spawn<J: Job>(scheduler: Scheduler<J>, config: DriverConfig, hit_ratio: HitRatio) -> std::io::Result<Self> {
+    pub fn spawn<J: Job>(scheduler: Scheduler<J>, config: DriverConfig) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), decisions: Mutex::new(HashMap::new()) });
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new().name("ccroute-optimizer".into()).spawn(move || {
             let mut tuner = Tuner::new(config.params);
             tuner.tune_agents = config.tune_agents;
+            let step = config.share_interval.min(config.interval).max(Duration::from_millis(1));
+            let mut next_tick = std::time::Instant::now() + config.interval;
             while !thread_shared.stop.load(Ordering::Acquire) {
-                std::thread::park_timeout(config.interval);
+                std::thread::park_timeout(step);
                 if thread_shared.stop.load(Ordering::Acquire) {
                     break;
                 }
-                let decisions = tuner.tick(&scheduler, hit_ratio());
+                if std::time::Instant::now() < next_tick {
+                    tuner.shares(&scheduler);
+                    continue;
+                }
+                next_tick += config.interval;
+                let decisions = tuner.tick(&scheduler);
                 match thread_shared.decisions.lock() {
                     Ok(mut d) => *d = decisions,
                     Err(poisoned) => *poisoned.into_inner() = decisions,
@@ -122,7 +137,19 @@ pub struct Tuner {
     optimizer: Optimizer<AgentId>,
     /// See [`DriverConfig::tune_agents`].
     pub tune_agents: bool,
+    /// Per consumerd: its counts at the last share tick, and its recent hit ratio.
+    hits: HashMap<ConsumerdId, HitMemory>,
 }
+
+#[derive(Debug, Clone, Copy, Default)]
+struct HitMemory {
+    submitted: u64,
+    intercepted: u64,
+    ratio: f64,
+}
+
+/// Fewer new tasks than this in a share tick say too little to move the ratio.
+const HIT_SAMPLE: u64 = 4;
 
 impl std::fmt::Debug for Tuner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,11 +160,11 @@ impl std::fmt::Debug for Tuner {
 impl Tuner {
     /// A tuner with these knobs.
     pub fn new(params: Params) -> Self {
-        Tuner { optimizer: Optimizer::new(params), tune_agents: true }
+        Tuner { optimizer: Optimizer::new(params), tune_agents: true, hits: HashMap::new() }
     }
 
-    /// One interval: read every agent and consumerd, decide, apply.
-    pub fn tick<J: Job>(&mut self, scheduler: &Scheduler<J>, hit_ratio: f64) -> HashMap<AgentId, DecisionView> {
+    /// One interval: every agent's samples, a decision each, then the shares.
+    pub fn tick<J: Job>(&mut self, scheduler: &Scheduler<J>) -> HashMap<AgentId, DecisionView> {
         let loads = scheduler.agent_loads();
         let inputs: Vec<AgentInput<'_, AgentId>> = loads
             .iter()
@@ -151,13 +178,9 @@ impl Tuner {
                 tasks_waiting: l.tasks_waited,
             })
             .collect();
-        let demands: Vec<(ConsumerdId, u32)> = scheduler.consumerd_demands();
-        let wanted: Vec<u32> = demands.iter().map(|d| d.1).collect();
-        let out = self.optimizer.tick(&TickInput {
-            agents: &inputs,
-            consumerd_demand: &wanted,
-            cache_hit_ratio: hit_ratio.clamp(0.0, 1.0),
-        });
+        // The law's own consumerd shares are left aside: `shares` computes
+        // them per consumerd, with each one's own hit ratio.
+        let out = self.optimizer.tick(&TickInput { agents: &inputs, consumerd_demand: &[], cache_hit_ratio: 0.0 });
         let mut views = HashMap::with_capacity(out.agents.len());
         for d in &out.agents {
             let applied = if self.tune_agents {
@@ -179,17 +202,37 @@ impl Tuner {
                 },
             );
         }
-        let remote_limits = if self.tune_agents {
-            out.remote_limits
-        } else {
-            // The shares of the limits the agents actually have.
-            let total: u64 = loads.iter().map(|l| u64::from(l.limit)).sum();
-            super::fair_remote_limits(total, hit_ratio.clamp(0.0, 1.0), &wanted, self.optimizer.params())
-        };
-        for ((consumerd, _), limit) in demands.iter().zip(&remote_limits) {
-            scheduler.set_remote_limit(*consumerd, *limit);
-        }
+        self.shares(scheduler);
         views
+    }
+
+    /// Each consumerd's preferred remote limit: its fair share of the
+    /// agents' current limits (by what each wants), times `1/(1 - r)` for
+    /// its recent hit ratio `r` (capped at [`Params::max_cache_boost`]).
+    pub fn shares<J: Job>(&mut self, scheduler: &Scheduler<J>) {
+        let total: u64 = scheduler.agents().iter().map(|a| u64::from(a.token_limit)).sum();
+        let consumerds = scheduler.consumerd_loads();
+        let wanted: Vec<u32> = consumerds.iter().map(|c| c.wanted).collect();
+        let params = self.optimizer.params();
+        let base = super::fair_remote_limits(total, 0.0, &wanted, params);
+        let cap = params.max_cache_boost.max(1.0);
+        let mut seen = HashMap::with_capacity(consumerds.len());
+        for (c, share) in consumerds.iter().zip(base) {
+            let mut m = self.hits.get(&c.id).copied().unwrap_or_default();
+            let new = c.submitted.saturating_sub(m.submitted);
+            if new >= HIT_SAMPLE {
+                let hits = c.intercepted.saturating_sub(m.intercepted).min(new);
+                m.ratio = 0.5 * m.ratio + 0.5 * (hits as f64 / new as f64);
+                m.submitted = c.submitted;
+                m.intercepted = c.intercepted;
+            }
+            seen.insert(c.id, m);
+            let boost = (1.0 / (1.0 - m.ratio.clamp(0.0, 0.999))).min(cap);
+            let limit = (f64::from(share) * boost).ceil().min(f64::from(u32::MAX)) as u32;
+            scheduler.set_remote_limit(c.id, limit);
+        }
+        // Consumerds that left are forgotten.
+        self.hits = seen;
     }
 }
 
@@ -236,14 +279,55 @@ mod tests {
             }
             // Busy: every token taken.
             s.core.agents.get(&agent.id()).unwrap().full_seen.store(true, Ordering::Relaxed);
-            tuner.tick(&s, 0.0);
+            tuner.tick(&s);
         }
         let limit = agent.token_limit();
         assert!(limit <= 2, "one CPU, compiles of one CPU each: the limit should come down near 1, got {limit}");
-        let views = tuner.tick(&s, 0.0);
+        let views = tuner.tick(&s);
         assert!(views[&agent.id()].reason.len() > 3);
         assert_eq!(a.remote_limit(), b.remote_limit(), "equal backlogs, equal shares");
         assert!(a.remote_limit() >= 1);
+    }
+
+    /// Answers odd-numbered tasks itself, as the cache answers hits.
+    struct OddHits;
+
+    impl crate::scheduler::Hook<TestJob> for OddHits {
+        fn pre_receive(&self, task: &crate::scheduler::TaskRef<'_, TestJob>) -> crate::scheduler::HookAction {
+            if task.task().body() % 2 == 1 {
+                if let Some(held) = task.intercept() {
+                    held.answer(true);
+                }
+                return crate::scheduler::HookAction::RequestIntercepted;
+            }
+            crate::scheduler::HookAction::ProcessRequestNormally
+        }
+    }
+
+    #[test]
+    fn a_consumerd_the_cache_answers_gets_a_wider_window() {
+        let s: Scheduler<TestJob> = Scheduler::with_hooks(Config::default(), vec![Arc::new(OddHits)]);
+        let _agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+        let mut warm = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let cold = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        warm.set_demand(100);
+        cold.set_demand(100);
+        let mut tuner = Tuner::new(Params::default());
+        tuner.shares(&s);
+        assert!(warm.remote_limit().abs_diff(cold.remote_limit()) <= 1, "no history yet: even shares");
+        for round in 0..4u64 {
+            for i in 0..20u64 {
+                warm.submit(round * 100 + i, tc("gcc").key(), 2 * i + 1).unwrap();
+            }
+            while warm.poll_answer().is_some() {}
+            tuner.shares(&s);
+        }
+        let (w, c) = (warm.remote_limit(), cold.remote_limit());
+        assert!(w >= 3 * c, "every task of the warm consumerd was a hit: {w} against {c}");
+        assert!(
+            f64::from(w) <= f64::from(c + 1) * Params::default().max_cache_boost,
+            "the boost is capped: {w} against {c}"
+        );
     }
 
     #[test]
@@ -252,8 +336,11 @@ mod tests {
         let agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
         let thread = OptimizerThread::spawn(
             s.clone(),
-            DriverConfig { interval: Duration::from_millis(5), ..DriverConfig::default() },
-            Arc::new(|| 0.0),
+            DriverConfig {
+                interval: Duration::from_millis(5),
+                share_interval: Duration::from_millis(1),
+                ..DriverConfig::default()
+            },
         )
         .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -113,11 +113,6 @@ impl CacheHook {
     pub fn stored(&self) -> u64 {
         self.shared.stored.load(Ordering::Relaxed)
     }
-
-    /// The hit ratio, for the optimizer.
-    pub fn hit_ratio(&self) -> f64 {
-        f64::from(self.shared.storage.stats().hit_ratio)
-    }
 }
 
 impl Shared {

@@ -40,7 +40,7 @@ use tracing::Instrument;
 pub use self::cache::{CacheHook, Lookup};
 pub use self::job::{AgentAnswer, NetJob, TaskBody};
 use super::budget::Budget;
-use super::optimizer::driver::{DriverConfig, HitRatio, OptimizerThread};
+use super::optimizer::driver::{DriverConfig, OptimizerThread};
 use super::{Config, Hook, Scheduler};
 use crate::cache::{Storage, StorageConfig};
 use crate::net::{self, CloseReason, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
@@ -164,16 +164,7 @@ impl Server {
             cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>).collect();
         let scheduler = Scheduler::with_hooks(config.core, hooks);
         let optimizer = match config.optimizer {
-            Some(driver) => {
-                let ratio: HitRatio = match &cache {
-                    Some(c) => {
-                        let c = c.clone();
-                        Arc::new(move || c.hit_ratio())
-                    }
-                    None => Arc::new(|| 0.0),
-                };
-                Some(OptimizerThread::spawn(scheduler.clone(), driver, ratio).map_err(ServerError::Optimizer)?)
-            }
+            Some(driver) => Some(OptimizerThread::spawn(scheduler.clone(), driver).map_err(ServerError::Optimizer)?),
             None => None,
         };
         let (shutdown_tx, shutdown) = watch::channel(false);
