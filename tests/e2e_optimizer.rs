@@ -238,6 +238,8 @@ struct Busy {
     limits: [u64; 2],
     /// Each consumerd's tasks at the scheduler.
     in_flight: [u64; 2],
+    /// The same, one sample earlier.
+    before: [u64; 2],
     /// The agents' token limits, summed.
     tokens: u64,
     /// Each build's compiles without an object yet.
@@ -482,6 +484,7 @@ fn two_consumerds_with_backlogs_share_the_cluster_evenly() {
     let mut both_submitting: Option<Instant> = None;
     let mut busy: Vec<Busy> = vec![];
     let mut first_busy: Option<Instant> = None;
+    let mut before = [0, 0];
     loop {
         for b in &mut run.builds {
             b.assert_not_failed(c);
@@ -512,9 +515,17 @@ fn two_consumerds_with_backlogs_share_the_cluster_evenly() {
         // were computed from both backlogs.
         let settled = both_submitting.is_some_and(|since| now - since >= Duration::from_millis(2500));
         if backlogged && settled {
-            busy.push(Busy { t, limits: [la, lb], in_flight: [fa, fb], tokens: total, left: [left[0], left[1]] });
+            busy.push(Busy {
+                t,
+                limits: [la, lb],
+                in_flight: [fa, fb],
+                before,
+                tokens: total,
+                left: [left[0], left[1]],
+            });
             first_busy.get_or_insert(now);
         }
+        before = [fa, fb];
         let seen_enough = first_busy.is_some_and(|f| now - f >= Duration::from_secs(8)) && busy.len() >= 8;
         if (!backlogged && both_submitting.is_some()) || seen_enough {
             break;
@@ -530,9 +541,23 @@ fn two_consumerds_with_backlogs_share_the_cluster_evenly() {
         assert!(la.abs_diff(lb) <= 1, "at {t:.1}s the shares were {la} and {lb}\n{}", c.logs());
         let expected = (tokens as f64 * headroom).floor() as u64;
         assert_eq!(la + lb, expected, "at {t:.1}s: shares {la} + {lb} against {tokens} tokens x {headroom} headroom");
-        for (limit, in_flight) in b.limits.iter().zip(b.in_flight) {
-            assert!(in_flight <= *limit, "at {t:.1}s a consumerd had {in_flight} tasks remote with a share of {limit}");
+        // A share that shrank does not preempt: tasks granted under a wider
+        // one (while the other consumerd's demand was still arriving) run to
+        // their end, but no new task is granted past the share.
+        for i in 0..2 {
+            let (limit, now, before) = (b.limits[i], b.in_flight[i], b.before[i]);
+            assert!(
+                now <= limit.max(before),
+                "at {t:.1}s a consumerd went from {before} to {now} tasks remote with a share of {limit}"
+            );
         }
+    }
+    for i in 0..2 {
+        assert!(
+            busy.iter().any(|b| b.in_flight[i] <= b.limits[i]),
+            "consumerd {i} stayed above its share while backlogged: {:?}",
+            busy.iter().map(|b| (b.in_flight[i], b.limits[i])).collect::<Vec<_>>()
+        );
     }
     let most = |i: usize| busy.iter().map(|b| b.in_flight[i]).max().unwrap_or(0);
     let ended = |i: usize| busy[0].left[i] - busy[busy.len() - 1].left[i];

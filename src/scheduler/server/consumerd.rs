@@ -23,7 +23,7 @@ use super::cache::Lookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use super::{peer_info, State};
-use crate::net::{self, Admission, CloseReason, FrameWriter, NetError, ServerHandshake};
+use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
 use crate::scheduler::budget::Reservation;
 use crate::scheduler::{Answer, ConsumerdSession, Reply};
 
@@ -76,12 +76,11 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     let mut senders = JoinSet::new();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let outcome: Result<(), String> = loop {
+    let outcome: super::Outcome = loop {
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
-                Some(Inbound::Failed(e)) if matches!(*e, NetError::ConnectionLost { .. }) => break Ok(()),
-                Some(Inbound::Failed(e)) => break Err(e.to_string()),
+                Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
                 Some(Inbound::Frame { message, payload: Some(payload), ticket }) => {
                     let frame = Frame { message, payload };
                     if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
@@ -120,16 +119,10 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                 }
             }
             Some(_) = senders.join_next(), if !senders.is_empty() => {}
-            e = writer.failed() => break if matches!(e, NetError::ConnectionLost { .. }) { Ok(()) } else { Err(e.to_string()) },
+            e = writer.failed() => break super::failure_outcome(e),
         }
     };
-    match outcome {
-        Ok(()) => tracing::info!(in_flight = session.in_flight(), "consumerd left"),
-        Err(why) => {
-            tracing::warn!(error = %why, in_flight = session.in_flight(), "closing the consumerd's connection");
-            CloseReason::ProtocolError.close_with(&conn, &why);
-        }
-    }
+    super::finish(&conn, "consumerd", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();
     // Dropping the session cancels what it still has in flight.

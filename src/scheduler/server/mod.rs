@@ -310,6 +310,31 @@ pub fn random_id() -> u128 {
     u128::from_le_bytes(bytes)
 }
 
+/// How a peer's session loop ended: `Ok` when the peer went away, `Err` with the reason
+/// when the scheduler closes the connection for a protocol violation.
+pub(crate) type Outcome = Result<(), String>;
+
+/// The outcome a failed stream means: a lost connection is the peer leaving, any other
+/// failure is the peer's fault.
+pub(crate) fn failure_outcome(e: NetError) -> Outcome {
+    if matches!(e, NetError::ConnectionLost { .. }) {
+        Ok(())
+    } else {
+        Err(e.to_string())
+    }
+}
+
+/// Logs how a `who` session ended and closes its connection when it broke the protocol.
+pub(crate) fn finish(conn: &quinn::Connection, who: &str, outcome: Outcome, in_flight: usize) {
+    match outcome {
+        Ok(()) => tracing::info!(in_flight, "{who} left"),
+        Err(why) => {
+            tracing::warn!(error = %why, in_flight, "closing the {who}'s connection");
+            CloseReason::ProtocolError.close_with(conn, &why);
+        }
+    }
+}
+
 /// The `PeerInfo` the core keeps for a hello.
 pub(crate) fn peer_info(hello: &ccroute_wire::Hello) -> super::PeerInfo {
     super::PeerInfo { node_id: hello.body.node_id, host_name: hello.body.host_name.clone() }
