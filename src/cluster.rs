@@ -115,7 +115,7 @@ impl LocalCluster {
                 compilers: vec![],
                 discover: config.discover,
                 test_toolchain: config.test_toolchain,
-                scratch_parent: dir.path().to_path_buf(),
+                scratch_parent: crate::agent::executor::default_scratch_parent(),
                 node_id: crate::scheduler::server::random_id(),
                 host_name: format!("agent-{}", i + 1),
             };

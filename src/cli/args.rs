@@ -140,6 +140,10 @@ pub struct AgentArgs {
     /// The name `ccroute status` shows (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Where each compile's scratch directory is made (default:
+    /// $XDG_RUNTIME_DIR or /dev/shm where that is a tmpfs, else the temp dir).
+    #[arg(long, env = "CCROUTE_SCRATCH_DIR")]
+    pub scratch_dir: Option<PathBuf>,
 }
 
 /// `ccroute consumerd`.

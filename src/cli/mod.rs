@@ -221,7 +221,7 @@ async fn agent(a: AgentArgs, jobs: u32) -> Result<(), BoxError> {
         compilers: a.compilers,
         discover: !a.no_discover,
         test_toolchain: a.test_toolchain,
-        scratch_parent: std::env::temp_dir(),
+        scratch_parent: a.scratch_dir.unwrap_or_else(crate::agent::executor::default_scratch_parent),
         node_id: crate::scheduler::server::random_id(),
         host_name: a.name.unwrap_or_else(host_name),
     };

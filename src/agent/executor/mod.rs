@@ -67,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::toolchain::test_toolchain;
 use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
 
-pub use scratch::ROOT_PREFIX;
+pub use scratch::{default_parent as default_scratch_parent, ROOT_PREFIX};
 
 /// First line of every test-toolchain object.
 pub const TEST_OBJECT_MAGIC: &[u8] = b"ccroute-test-object\n";
@@ -116,10 +116,10 @@ pub struct ExecutorConfig {
 }
 
 impl Default for ExecutorConfig {
-    /// The system temp dir, no compilers, the test toolchain, default limits.
+    /// The default scratch parent, no compilers, the test toolchain, default limits.
     fn default() -> Self {
         ExecutorConfig {
-            scratch_parent: std::env::temp_dir(),
+            scratch_parent: default_scratch_parent(),
             toolchains: HashMap::new(),
             offer_test_toolchain: true,
             limits: ExecLimits::default(),

@@ -7,6 +7,14 @@
 //! longer runs, if they belong to the same user. A task's directory is made
 //! by [`task_dir`] and removed by its owner.
 //!
+//! [`default_parent`] picks where roots go when the operator does not say:
+//! a memory file system if the host has one this user may write, because a
+//! task writes dozens of small files (the source, a rebuilt copy of every
+//! project header it includes, the object) and deletes them a moment later,
+//! and a disk file system charges for each new inode: on ext4 with much
+//! churn, tens of ms of system time a task, as much as the `gcc -E` the
+//! consumerd runs for it.
+//!
 //! Left out: roots whose pid was reused by another process (kept until that
 //! process ends and an agent starts again), and any cleanup without `/proc`
 //! (there a live agent cannot be told from a dead one).
@@ -58,6 +66,63 @@ pub(super) fn create_root(parent: &Path) -> Result<Root, ExecutorError> {
         tracing::info!(parent = %parent.display(), removed, "removed scratch roots of agents that are gone");
     }
     Ok(Root { _dir: dir, path })
+}
+
+/// Where scratch roots go by default: `$XDG_RUNTIME_DIR` if it is a
+/// tmpfs, else `/dev/shm` if it is one, else the system temp dir.
+pub fn default_parent() -> PathBuf {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let candidates =
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).into_iter().chain([PathBuf::from("/dev/shm")]);
+    for dir in candidates {
+        let Ok(dir) = fs::canonicalize(&dir) else { continue };
+        let writable = fs::metadata(&dir).is_ok_and(|m| m.is_dir()) && tempfile::tempdir_in(&dir).is_ok();
+        if writable && fs_type(&mounts, &dir) == Some("tmpfs") {
+            return dir;
+        }
+    }
+    std::env::temp_dir()
+}
+
+/// The file system type of the mount that holds `path` (canonical), from
+/// the text of `/proc/self/mountinfo`: the mount with the longest mount
+/// point that is a prefix of `path`, the last one mounted on a tie.
+fn fs_type<'m>(mountinfo: &'m str, path: &Path) -> Option<&'m str> {
+    let mut best: Option<(usize, &str)> = None;
+    for line in mountinfo.lines() {
+        // id parent major:minor root mount-point options [optional...] - type source super-options
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some(point) = left.split(' ').nth(4) else { continue };
+        let Some(kind) = right.split(' ').next() else { continue };
+        let point = unescape_mount_point(point);
+        let depth = Path::new(&point).components().count();
+        if path.starts_with(&point) && best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, kind));
+        }
+    }
+    best.map(|(_, kind)| kind)
+}
+
+/// Mount points in mountinfo have space, tab, newline and backslash as
+/// octal escapes (`\040`).
+fn unescape_mount_point(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |acc, c| acc.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A fresh, empty, private directory for one task.
@@ -117,6 +182,30 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         pid
+    }
+
+    #[test]
+    fn the_mount_holding_a_path_is_the_deepest_prefix() {
+        let info = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+25 22 0:21 / /dev rw,nosuid - devtmpfs udev rw
+26 25 0:22 / /dev/shm rw,nosuid,nodev shared:3 - tmpfs tmpfs rw
+30 22 0:25 / /run/user/1000 rw,nosuid - tmpfs tmpfs rw,mode=700
+31 22 0:26 / /mnt/with\\040space rw - xfs /dev/vdb rw
+";
+        assert_eq!(fs_type(info, Path::new("/dev/shm")), Some("tmpfs"));
+        assert_eq!(fs_type(info, Path::new("/dev/shmx")), Some("devtmpfs"), "a prefix by components, not bytes");
+        assert_eq!(fs_type(info, Path::new("/run/user/1000/x")), Some("tmpfs"));
+        assert_eq!(fs_type(info, Path::new("/tmp")), Some("ext4"));
+        assert_eq!(fs_type(info, Path::new("/mnt/with space/a")), Some("xfs"));
+        assert_eq!(fs_type("", Path::new("/tmp")), None);
+    }
+
+    #[test]
+    fn the_default_parent_is_writable() {
+        let parent = default_parent();
+        let root = create_root(&parent).unwrap();
+        assert!(root.path.starts_with(fs::canonicalize(&parent).unwrap()));
     }
 
     #[test]
