@@ -718,7 +718,12 @@ warm_rows() {
     say "warm cache: first builds of $c (untimed in the table)"
     local default_socket=$CCROUTE_SOCKET
     measure prime "$c" ccache 0 "$header"
-    CCROUTE_SOCKET=$CCROUTE_WARM_SOCKET measure prime "$c" ccroute 0 "$header"
+    # ccroute stores only what its agents compiled (an object a consumerd
+    # compiled itself cannot be checked, so it is never stored). With one
+    # agent the window is a few compiles, and make -j8 would compile the rest
+    # locally, uncached: the priming build runs one compile at a time, so
+    # every compile goes through the scheduler.
+    JOBS=1 CCROUTE_SOCKET=$CCROUTE_WARM_SOCKET measure prime "$c" ccroute 0 "$header"
     local tools=(local ccache ccroute) r tool
     for ((r = 1; r <= ROUNDS; r++)); do
         for tool in $(rotated "$r" "${tools[@]}"); do
@@ -927,8 +932,12 @@ render() {
             echo "ccache with a cache directory of its own; ccroute with its scheduler's result cache, through a"
             echo "consumerd started with \`--prefer-remote\` (every compile goes through the scheduler while its"
             echo "window has room, so the cache can answer it; in default mode the compiles that take local slots"
-            echo "never ask). ccroute's key is over the preprocessed text, so it preprocesses every file even on a"
-            echo "hit; ccache's direct mode hashes the sources and headers instead and skips the preprocessor."
+            echo "never ask). The scheduler stores only what an agent compiled, never an object a consumerd made"
+            echo "itself, so ccroute's first build runs make -j1: one agent's window is a few compiles, and past"
+            echo "it make -j8 would compile locally, uncached. In the timed builds, compiles past the window (raised"
+            echo "by the consumerd's hit ratio, at most 4×) still run locally. ccroute's key is over the"
+            echo "preprocessed text, so it preprocesses every file even on a hit; ccache's direct mode hashes the"
+            echo "sources and headers instead and skips the preprocessor."
             echo
             echo "| | wall, ratio to local gcc | CPU, ratio to local gcc | cache hits |"
             echo "|---|---:|---:|---:|"
