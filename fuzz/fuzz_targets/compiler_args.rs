@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let args: Vec<OsString> = rest.split(|&b| b == 0).map(|a| OsString::from_vec(a.to_vec())).collect();
     let family = if mode & 1 == 0 { Family::Gnu } else { Family::Clang };
     let env = |name: &str| if mode & 2 != 0 && name == "SOURCE_DATE_EPOCH" { Some(OsString::from("1")) } else { None };
-    if let Classification::Remote(plan) = cc::classify(family, &args, Path::new("/work/project"), env) {
+    if let Classification::Remote(plan) = cc::classify(family, &args, Path::new("/home/dev/project"), env) {
         let _ = plan.postprocess(rest);
         if cc::validate(&plan.spec).is_ok() {
             let _ = cc::agent_command(&plan.spec, Path::new("/usr/bin/gcc"), Path::new("/tmp/scratch"));

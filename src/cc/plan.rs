@@ -230,14 +230,14 @@ mod tests {
     }
 
     fn remote(args: &[&str]) -> RemotePlan {
-        match classify_in("/work/p", args) {
+        match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => p,
             Classification::Local(r) => panic!("{args:?} local: {r}"),
         }
     }
 
     fn local(args: &[&str]) -> LocalReason {
-        match classify_in("/work/p", args) {
+        match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => panic!("{args:?} remote: {p:?}"),
             Classification::Local(r) => r,
         }
@@ -252,9 +252,9 @@ mod tests {
         let p = remote(&["-Werror", "-g", "-O2", "-MD", "-W", "-Wall", "-o", "src/test.o", "-c", "src/test.c"]);
         assert_eq!(p.spec.args, ["-Werror", "-g", "-O2", "-W", "-Wall"]);
         assert_eq!(p.spec.input_path, "src/test.c");
-        assert_eq!(p.spec.cwd.as_deref(), Some("/work/p"));
-        assert_eq!(p.output, Path::new("/work/p/src/test.o"));
-        assert_eq!(p.input, Path::new("/work/p/src/test.c"));
+        assert_eq!(p.spec.cwd.as_deref(), Some("/home/dev/p"));
+        assert_eq!(p.output, Path::new("/home/dev/p/src/test.o"));
+        assert_eq!(p.input, Path::new("/home/dev/p/src/test.c"));
         assert_eq!(
             strs(&p.preprocess_args),
             [
@@ -331,10 +331,10 @@ mod tests {
     #[test]
     fn default_output_is_input_stem_in_cwd() {
         let p = remote(&["-c", "src/dir.x/a.cpp"]);
-        assert_eq!(p.output, Path::new("/work/p/a.o"));
+        assert_eq!(p.output, Path::new("/home/dev/p/a.o"));
         assert_eq!(p.spec.cwd, None);
         let p = remote(&["-c", "/abs/b.c", "-MD"]);
-        assert_eq!(p.output, Path::new("/work/p/b.o"));
+        assert_eq!(p.output, Path::new("/home/dev/p/b.o"));
         // Without -o the driver names dependency files after the input in both modes.
         assert_eq!(strs(&p.preprocess_args), ["/abs/b.c", "-MD", "-E", "-fdirectives-only"]);
     }
@@ -368,7 +368,7 @@ mod tests {
         assert!(matches!(local(&["-c", "-M", "a.c"]), LocalReason::Option { .. }));
         assert!(matches!(local(&["-c", "-MM", "-MD", "a.c"]), LocalReason::Option { .. }));
         // Relative inputs going up and ./ are fine.
-        assert_eq!(remote(&["-c", "../../x.c"]).input, Path::new("/work/p/../../x.c"));
+        assert_eq!(remote(&["-c", "../../x.c"]).input, Path::new("/home/dev/p/../../x.c"));
         remote(&["-c", "./x.c"]);
         remote(&["-c", "-x", "c++", "x.txt", "-o", "x.obj"]);
     }
