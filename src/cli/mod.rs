@@ -54,16 +54,26 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     match run(cli) {
         Ok(()) => 0,
         Err(e) => {
-            let mut msg = format!("ccroute: error: {e}");
-            let mut source = std::error::Error::source(&*e);
-            while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            eprintln!("{msg}");
+            eprintln!("ccroute: error: {}", describe(&*e));
             2
         }
     }
+}
+
+/// An error and its chain of causes on one line, each cause once: most of
+/// our errors already print their cause.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let cause = s.to_string();
+        if !msg.contains(&cause) {
+            msg.push_str(": ");
+            msg.push_str(&cause);
+        }
+        source = s.source();
+    }
+    msg
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -171,7 +181,10 @@ pub async fn flipped(mut rx: watch::Receiver<bool>) {
 }
 
 fn load_identity(dir: &Path, role: CertRole) -> Result<crate::net::Identity, BoxError> {
-    tls::load(dir, role).map_err(|e| format!("{e} (create the certificates with `ccroute certs init DIR`)").into())
+    tls::load(dir, role).map_err(|e| match e {
+        tls::TlsError::Missing { .. } => e.into(),
+        e => format!("{e} (the certificates come from `ccroute certs init DIR`)").into(),
+    })
 }
 
 async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
@@ -280,4 +293,32 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
 pub fn bundled_sample() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
     dir.join("Makefile").is_file().then_some(dir)
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use std::io;
+
+    use super::describe;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open x: {source}")]
+    struct Prints {
+        #[source]
+        source: io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open x")]
+    struct Hides {
+        #[source]
+        source: io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = || io::Error::new(io::ErrorKind::NotFound, "no such file");
+        assert_eq!(describe(&Prints { source: io() }), "cannot open x: no such file");
+        assert_eq!(describe(&Hides { source: io() }), "cannot open x: no such file");
+    }
 }

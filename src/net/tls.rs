@@ -135,7 +135,7 @@ pub enum TlsError {
         source: io::Error,
     },
     /// A file [`load`] needs does not exist.
-    #[error("{} does not exist; create the cluster's certificates first", path.display())]
+    #[error("{} does not exist; create the cluster's certificates with `ccroute certs init DIR` and give that DIR as --tls-dir", path.display())]
     Missing {
         /// The missing file.
         path: PathBuf,
