@@ -397,9 +397,12 @@ fn killing_redis_mid_build_does_not_fail_the_build() {
         assert!(Instant::now() < deadline, "no compile finished\n{}", c.logs());
         std::thread::sleep(Duration::from_millis(20));
     }
+    let at_kill = totals(&c, "completed");
     redis.kill();
     let out = builder.join().unwrap();
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    // Not by falling back to local compiles: the scheduler kept compiling.
+    assert!(totals(&c, "completed") > at_kill, "nothing was compiled remotely after Redis died\n{}", c.logs());
     let local = make(dir.path(), &["-j8".into(), "BUILD=local".into(), "check".into()], &[]);
     assert!(local.status.success());
     assert_same_objects(&objects(&dir.path().join("local")), &objects(&dir.path().join("remote")));

@@ -203,17 +203,13 @@ fn give_full_weight(dir: &Path) {
 /// once, at start).
 fn start_agent_in(c: &mut Cluster, cgroup: &CpuLimitedCgroup, name: &str, args: &[&str]) {
     let log = c.dir.path().join(format!("{name}.log"));
-    let mut child = Command::new("sh")
+    let mut child = c
+        .command("sh")
         .arg("-c")
         .arg(r#"read -r go && exec "$0" "$@""#)
         .arg(ccroute())
         .args(["agent", "--scheduler", &c.addr.unwrap().to_string(), "--name", name])
         .args(args)
-        .env("RUST_LOG", "info")
-        .env("CCROUTE_TLS_DIR", &c.tls)
-        .env("CCROUTE_SOCKET", &c.socket)
-        .env_remove("CCROUTE_SCHEDULER")
-        .env("XDG_CONFIG_HOME", c.dir.path().join("config"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(File::create(&log).unwrap())

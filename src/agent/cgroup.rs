@@ -196,27 +196,47 @@ impl CgroupMount {
     }
 }
 
+/// One line of `/proc/<pid>/mountinfo`, its paths unescaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount<'a> {
+    /// The path within the mounted file system that is mounted.
+    pub root: String,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// The file system type (`ext4`, `tmpfs`, `cgroup2`, ...).
+    pub fstype: &'a str,
+    /// Super options (`rw,cpu,cpuacct`).
+    pub super_options: &'a str,
+}
+
+/// Every mount in the text of `/proc/<pid>/mountinfo`; malformed lines are
+/// skipped.
+pub fn mounts(text: &str) -> impl Iterator<Item = Mount<'_>> {
+    text.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // id parent maj:min root mount-point options [optional...] - fstype source super-options
+        let sep = fields.iter().skip(6).position(|f| *f == "-")? + 6;
+        Some(Mount {
+            root: unescape_mountinfo(fields.get(3)?),
+            mount_point: PathBuf::from(unescape_mountinfo(fields.get(4)?)),
+            fstype: fields.get(sep + 1)?,
+            super_options: fields.get(sep + 3)?,
+        })
+    })
+}
+
 /// Parses the cgroup and cgroup2 mounts out of `/proc/<pid>/mountinfo`;
 /// other mounts and malformed lines are skipped.
 pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            // id parent maj:min root mount-point options [optional...] - fstype source super-options
-            let sep = fields.iter().skip(6).position(|f| *f == "-")? + 6;
-            let fstype = *fields.get(sep + 1)?;
-            let is_v2 = match fstype {
+    mounts(text)
+        .filter_map(|m| {
+            let is_v2 = match m.fstype {
                 "cgroup" => false,
                 "cgroup2" => true,
                 _ => return None,
             };
-            let super_options = fields.get(sep + 3)?.split(',').map(str::to_owned).collect();
-            Some(CgroupMount {
-                root: unescape_mountinfo(fields.get(3)?),
-                mount_point: PathBuf::from(unescape_mountinfo(fields.get(4)?)),
-                is_v2,
-                super_options,
-            })
+            let super_options = m.super_options.split(',').map(str::to_owned).collect();
+            Some(CgroupMount { root: m.root, mount_point: m.mount_point, is_v2, super_options })
         })
         .collect()
 }

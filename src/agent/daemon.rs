@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{Frame, Hello, HelloBody, Message, ResultHeader, Role, TaskHeader, Toolchain, PROTOCOL_VERSION};
+use ccroute_wire::{
+    Frame, Hello, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader, Toolchain, PROTOCOL_VERSION,
+};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -166,7 +168,9 @@ async fn serve(
 ) -> Option<String> {
     let mut uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
     let mut running: HashMap<u64, CancellationToken> = HashMap::new();
-    let mut compiles: JoinSet<(u64, ResultHeader, Bytes)> = JoinSet::new();
+    // Each compile's task id by its tokio task, for one that panics.
+    let mut ids: HashMap<tokio::task::Id, u64> = HashMap::new();
+    let mut compiles: JoinSet<(ResultHeader, Bytes)> = JoinSet::new();
     let mut senders = JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -186,8 +190,16 @@ async fn serve(
                     continue;
                 }
             },
-            Some(done) = compiles.join_next(), if !compiles.is_empty() => {
-                let Ok((id, mut header, object)) = done else { continue };
+            Some(done) = compiles.join_next_with_id(), if !compiles.is_empty() => {
+                let (tokio_id, (mut header, object)) = match done {
+                    Ok(x) => x,
+                    // Not a lost answer: the scheduler gets one, and its token back.
+                    Err(e) => {
+                        let why = Outcome::InternalError(format!("the compile failed: {e}"));
+                        (e.id(), (ResultHeader::bare(0, why), Bytes::new()))
+                    }
+                };
+                let Some(id) = ids.remove(&tokio_id) else { continue };
                 running.remove(&id);
                 header.task_id = id;
                 if let Err(e) = net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await {
@@ -207,7 +219,10 @@ async fn serve(
             _ = shutdown.changed() => break None,
         };
         match frame.message {
-            Message::Task(header) => start(executor, &mut running, &mut compiles, header, frame.payload),
+            Message::Task(header) => {
+                let (id, tokio_id) = start(executor, &mut running, &mut compiles, header, frame.payload);
+                ids.insert(tokio_id, id);
+            }
             Message::Cancel(c) => {
                 if let Some(token) = running.get(&c.task_id) {
                     token.cancel();
@@ -225,21 +240,22 @@ async fn serve(
     lost
 }
 
-/// Starts one compile.
+/// Starts one compile; returns its task id and its tokio task's.
 fn start(
     executor: &Arc<Executor>,
     running: &mut HashMap<u64, CancellationToken>,
-    compiles: &mut JoinSet<(u64, ResultHeader, Bytes)>,
+    compiles: &mut JoinSet<(ResultHeader, Bytes)>,
     header: TaskHeader,
     source: Bytes,
-) {
+) -> (u64, tokio::task::Id) {
     let id = header.task_id;
     let token = CancellationToken::new();
     running.insert(id, token.clone());
     let executor = executor.clone();
     let task = ExecTask { toolchain: header.toolchain, spec: header.spec, payload: header.payload, source };
-    compiles.spawn(async move {
+    let handle = compiles.spawn(async move {
         let result = executor.run(task, token).await;
-        (id, result.header, result.object)
+        (result.header, result.object)
     });
+    (id, handle.id())
 }

@@ -455,8 +455,8 @@ fn is_stale_temp(name: &str, modified: Option<SystemTime>) -> bool {
 /// Whether process `pid` runs on this host. Where that cannot be told, yes,
 /// leaving its temp files to the age rule. A writer in another pid namespace
 /// looks gone: its temp file is deleted and its put fails, which loses one
-/// write and corrupts nothing.
-fn process_runs(pid: u32) -> bool {
+/// write and corrupts nothing. (Also the agent's rule for its scratch roots.)
+pub(crate) fn process_runs(pid: u32) -> bool {
     let proc = Path::new("/proc");
     !proc.join("self").exists() || proc.join(pid.to_string()).exists()
 }

@@ -178,11 +178,9 @@ const UNSAFE_PRAGMAS: &[&str] = &["push_macro", "pop_macro", "poison", "message"
 pub fn find_unsafe_pragma(source: &[u8]) -> Option<&'static str> {
     // memmem: the wrapper runs this over every header a compile includes
     // (2 MB for a C++ file with the STL), where a naive search cost ms.
-    let mut rest = source;
-    while let Some(p) = memchr::memmem::find(rest, b"pragma") {
-        let before = &rest[..p];
-        let after = &rest[p + 6..];
-        rest = after;
+    for p in memchr::memmem::find_iter(source, b"pragma") {
+        let before = &source[..p];
+        let after = &source[p + 6..];
         let directive = before.iter().rev().find(|b| !matches!(b, b' ' | b'\t')) == Some(&b'#');
         if !directive {
             continue;

@@ -100,9 +100,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Scheduler(a) => runtime(None)?.block_on(scheduler(a)),
         Command::Agent(a) => {
-            let jobs = a.jobs.unwrap_or_else(online_cpus);
+            let file = args::load_file()?;
+            let jobs = a.jobs.or(file.jobs).unwrap_or_else(online_cpus);
             // Each running compile holds a blocking thread while it waits.
-            runtime(Some(jobs as usize + 16))?.block_on(agent(a, jobs))
+            runtime(Some(jobs as usize + 16))?.block_on(agent(a, file, jobs))
         }
         Command::Consumerd(a) => runtime(None)?.block_on(consumerd(a)),
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
@@ -224,13 +225,12 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn agent(a: AgentArgs, jobs: u32) -> Result<(), BoxError> {
-    let file = args::load_file()?;
+async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), BoxError> {
     let config = crate::agent::daemon::AgentConfig {
         scheduler: args::scheduler_addr(a.scheduler.as_ref(), &file)?,
         identity: Arc::new(load_identity(&args::tls_dir(&a.tls, &file), CertRole::Agent)?),
         transport: TransportOptions::default(),
-        jobs: a.jobs.or(file.jobs).unwrap_or(jobs),
+        jobs,
         compilers: a.compilers,
         discover: !a.no_discover,
         test_toolchain: a.test_toolchain,

@@ -53,8 +53,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
         other => return Err(format!("the scheduler answered with a {}", other.name()).into()),
     };
     let _ = writer.finish().await;
-    conn.close(net::CloseReason::Done.code(), b"done");
-    endpoint.wait_idle().await;
+    net::shutdown(&endpoint, net::CloseReason::Done).await;
     Ok(report)
 }
 

@@ -115,13 +115,6 @@ pub struct BoundSocket {
     lock: InstanceLock,
 }
 
-impl BoundSocket {
-    /// The socket file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
 /// Takes the instance lock and binds the socket (mode 0600), replacing a
 /// stale socket file.
 ///

@@ -99,11 +99,6 @@ impl Link {
         tokio::spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
     }
-
-    /// Whether a connection is up now.
-    pub fn is_connected(&self) -> bool {
-        lock(&self.inner.current).is_some()
-    }
 }
 
 impl Remote for Link {

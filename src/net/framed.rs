@@ -91,11 +91,6 @@ impl FrameReader {
         }
     }
 
-    /// The sender's address.
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-
     /// The next frame; `None` when the stream ended cleanly between frames.
     ///
     /// # Errors
@@ -168,7 +163,7 @@ impl FrameReader {
     /// # Errors
     /// As [`FrameReader::next`].
     pub async fn payload(&mut self) -> Result<Bytes, NetError> {
-        let Some((_, len)) = self.pending.as_ref().map(|(m, l)| (m.name(), *l)) else {
+        let Some(len) = self.pending.as_ref().map(|(_, l)| *l) else {
             return Ok(Bytes::new());
         };
         while self.buf.len() < len {
@@ -287,11 +282,6 @@ impl FrameWriter {
         let (state_tx, state) = watch::channel(WriterState::Open);
         tokio::spawn(write_loop(send, rx, state_tx));
         FrameWriter { tx, state, peer }
-    }
-
-    /// The receiver's address.
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
     }
 
     /// Queues a frame, waiting while the queue is full.

@@ -114,11 +114,6 @@ pub async fn accept_hello(conn: &Connection, wait: Duration) -> Result<(HelloOut
 }
 
 impl ServerHandshake {
-    /// The client's connection.
-    pub fn connection(&self) -> &Connection {
-        &self.conn
-    }
-
     /// Sends the welcome; the control stream becomes a writer and a reader.
     ///
     /// # Errors

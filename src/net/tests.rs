@@ -524,7 +524,7 @@ async fn a_large_payload_on_its_own_stream_does_not_hold_up_small_frames() {
                 frame = uni.next() => {
                     let frame = frame.unwrap().unwrap();
                     if let Some(tx) = big_tx.take() {
-                        let _ = tx.send((Instant::now(), frame));
+                        let _ = tx.send((Instant::now(), echoed, frame));
                     }
                 }
             }
@@ -551,7 +551,7 @@ async fn a_large_payload_on_its_own_stream_does_not_hold_up_small_frames() {
         assert_eq!(echo.message, cancel(id));
         round_trips.push((sent, sent.elapsed()));
     }
-    let (arrived, frame) = big_rx.await.unwrap();
+    let (arrived, echoed_before_it, frame) = big_rx.await.unwrap();
     sender.await.unwrap().unwrap();
     assert_eq!(frame.message, task(0, BIG));
     assert!(frame.payload == big, "the large payload arrives intact");
@@ -559,6 +559,9 @@ async fn a_large_payload_on_its_own_stream_does_not_hold_up_small_frames() {
     assert!(reader.next().await.unwrap().is_none());
     let (echoed, _conn, _sched) = scheduler.await.unwrap();
     assert_eq!(echoed, SMALL, "every small frame arrived");
+    // Small frames sent after the large one started went through before it
+    // had all arrived: they did not queue behind it.
+    assert!(echoed_before_it >= 1, "no small frame got through while the large payload moved");
 
     let median = |mut times: Vec<Duration>| {
         times.sort();

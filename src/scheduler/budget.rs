@@ -59,13 +59,6 @@ impl Budget {
     }
 }
 
-impl Reservation {
-    /// Bytes this reservation holds.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-}
-
 impl Drop for Reservation {
     fn drop(&mut self) {
         // Pairs with the AcqRel compare-exchange in `try_reserve`.

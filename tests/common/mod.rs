@@ -80,17 +80,25 @@ impl Cluster {
         Cluster { dir, tls, scheduler: None, addr: None, agents: vec![], consumerd: None, socket }
     }
 
-    fn spawn(&self, name: &str, args: &[&str]) -> Daemon {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let child = Command::new(ccroute())
-            .args(args)
-            .env("RUST_LOG", "info")
+    /// `program` with this cluster's environment: its certificates and
+    /// socket, its own config and cache directories (never the user's), and
+    /// info logs.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("RUST_LOG", "info")
             .env("CCROUTE_TLS_DIR", &self.tls)
             .env("CCROUTE_SOCKET", &self.socket)
             .env_remove("CCROUTE_SCHEDULER")
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
-            // Each cluster its own result cache, never the user's.
-            .env("XDG_CACHE_HOME", self.dir.path().join("cache-home"))
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache-home"));
+        cmd
+    }
+
+    fn spawn(&self, name: &str, args: &[&str]) -> Daemon {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let child = self
+            .command(ccroute())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())

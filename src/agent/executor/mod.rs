@@ -16,12 +16,11 @@
 //! cancel, the time limit — an [`Outcome::InternalError`] saying what, after
 //! which the consumerd compiles locally.
 //!
-//! The compiler's environment is `PATH` (the agent's) and `TMPDIR` (inside
-//! the task directory, so that gcc's temporary files go away with it)
-//! and nothing else: no `LANG` or `LC_*`, since a [`TaskSpec`] does not carry
-//! the consumerd's locale. Diagnostics are therefore in the C locale (plain
-//! quotes, English), as a local compile with the locale unset would print
-//! them.
+//! The compiler's environment is `PATH` (the agent's), `TMPDIR` (inside
+//! the task directory, so that gcc's temporary files go away with it), and
+//! the variables the [`TaskSpec`] carries, which [`cc::validate`] allows only
+//! among those that shape diagnostics (the consumerd's locale and
+//! `GCC_COLORS`), so that warnings read as a local compile prints them.
 //!
 //! The built-in test toolchain ([`crate::agent::toolchain::test_toolchain`])
 //! runs no process: its object is [`test_object`] of the source, after
@@ -29,8 +28,8 @@
 //! one.
 //!
 //! Concurrency: [`Executor::run`] is called from many tasks at once; it
-//! takes no lock shared between tasks. The toolchain table is read through
-//! an `ArcSwap`. [`Executor::running`] counts the tasks inside `run`. Each
+//! takes no lock shared between tasks; the toolchain table is fixed when the
+//! executor is made. [`Executor::running`] counts the tasks inside `run`. Each
 //! running compiler holds one thread of tokio's blocking pool (waiting for
 //! it), so the runtime's `max_blocking_threads` (512 by default) must stay
 //! above the agent's task limit.
@@ -52,10 +51,8 @@ use std::io::{self, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use ccroute_wire::codec::decode_spec;
 use ccroute_wire::payload::{compress, decompress};
@@ -240,7 +237,7 @@ impl TaskError {
 #[derive(Debug)]
 pub struct Executor {
     root: scratch::Root,
-    toolchains: ArcSwap<HashMap<ToolchainKey, PathBuf>>,
+    toolchains: HashMap<ToolchainKey, PathBuf>,
     test_key: Option<ToolchainKey>,
     limits: ExecLimits,
     path_env: Option<OsString>,
@@ -257,7 +254,7 @@ impl Executor {
         tracing::info!(scratch = %root.path.display(), toolchains = config.toolchains.len(), "executor ready");
         Ok(Executor {
             root,
-            toolchains: ArcSwap::from_pointee(config.toolchains),
+            toolchains: config.toolchains,
             test_key: config.offer_test_toolchain.then(|| test_toolchain().key()),
             limits: config.limits,
             path_env: std::env::var_os("PATH"),
@@ -274,16 +271,6 @@ impl Executor {
     pub fn running(&self) -> u32 {
         // Relaxed: a gauge for the CPU sampler; nothing is published through it.
         self.running.load(Ordering::Relaxed)
-    }
-
-    /// Whether tasks of `key` can run here.
-    pub fn offers(&self, key: ToolchainKey) -> bool {
-        self.test_key == Some(key) || self.toolchains.load().contains_key(&key)
-    }
-
-    /// Replaces the compilers offered (tasks already running keep theirs).
-    pub fn set_toolchains(&self, toolchains: HashMap<ToolchainKey, PathBuf>) {
-        self.toolchains.store(Arc::new(toolchains));
     }
 
     /// Runs one task to its result. Never fails: whatever stops the compile
@@ -316,7 +303,7 @@ impl Executor {
             return self.run_test(spec, &task, stop).await;
         }
         let compiler =
-            self.toolchains.load().get(&task.toolchain).cloned().ok_or(TaskError::UnknownToolchain(task.toolchain))?;
+            self.toolchains.get(&task.toolchain).cloned().ok_or(TaskError::UnknownToolchain(task.toolchain))?;
         cc::validate(&spec).map_err(TaskError::Refused)?;
         stop.check()?;
 

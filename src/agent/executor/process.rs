@@ -427,15 +427,19 @@ pub(super) mod tests {
     async fn captures_output_status_and_cpu_time() {
         let tmp = tempfile::tempdir().unwrap();
         // Some CPU work in a child the script waits for, then output on both streams.
-        let prog =
-            script(tmp.path(), "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo out; echo err >&2; exit 3");
+        let prog = script(
+            tmp.path(),
+            "sh -c 'i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done'; echo out; echo err >&2; exit 3",
+        );
         let launch = Launch { program: &prog, args: &[], cwd: tmp.path(), env: &env(), max_output: 100 };
         let f = run(&launch, never()).await.unwrap();
         assert_eq!(
             (f.status.code(), f.stdout.as_slice(), f.stderr.as_slice()),
             (Some(3), &b"out\n"[..], &b"err\n"[..])
         );
-        assert!(f.cpu_time_us > 0);
+        // The loop's child is counted (it costs ~150 ms of CPU; the script
+        // itself, a few ms).
+        assert!(f.cpu_time_us > 20_000, "{} µs", f.cpu_time_us);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

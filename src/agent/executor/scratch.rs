@@ -89,40 +89,13 @@ pub fn default_parent() -> PathBuf {
 /// point that is a prefix of `path`, the last one mounted on a tie.
 fn fs_type<'m>(mountinfo: &'m str, path: &Path) -> Option<&'m str> {
     let mut best: Option<(usize, &str)> = None;
-    for line in mountinfo.lines() {
-        // id parent major:minor root mount-point options [optional...] - type source super-options
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let Some(point) = left.split(' ').nth(4) else { continue };
-        let Some(kind) = right.split(' ').next() else { continue };
-        let point = unescape_mount_point(point);
-        let depth = Path::new(&point).components().count();
-        if path.starts_with(&point) && best.is_none_or(|(d, _)| depth >= d) {
-            best = Some((depth, kind));
+    for m in crate::agent::cgroup::mounts(mountinfo) {
+        let depth = m.mount_point.components().count();
+        if path.starts_with(&m.mount_point) && best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, m.fstype));
         }
     }
     best.map(|(_, kind)| kind)
-}
-
-/// Mount points in mountinfo have space, tab, newline and backslash as
-/// octal escapes (`\040`).
-fn unescape_mount_point(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |acc, c| acc.wrapping_mul(8).wrapping_add(c - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A fresh, empty, private directory for one task.
@@ -142,7 +115,7 @@ fn remove_leftovers(parent: &Path, uid: u32) -> usize {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(root_pid) else { continue };
-        if pid == own || Path::new(&format!("/proc/{pid}")).exists() {
+        if pid == own || crate::cache::disk::process_runs(pid) {
             continue;
         }
         let path = entry.path();

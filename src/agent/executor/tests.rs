@@ -5,6 +5,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::sync::Arc;
 
 use ccroute_wire::codec::encode_spec;
 
@@ -246,6 +247,7 @@ async fn hostile_specs_are_refused_and_nothing_is_written_or_run() {
         spec(&[], "/abs/./x.c"),
         spec(&[], ""),
         TaskSpec { cwd: Some("relative/dir".into()), ..spec(&[], "a.c") },
+        TaskSpec { env: vec![("LD_PRELOAD".into(), v("x.so"))], ..spec(&[], "a.c") },
     ];
     for s in &hostile {
         for key in [GCC, FAKE] {
@@ -292,13 +294,6 @@ async fn malformed_specs_and_unknown_toolchains_are_internal_errors() {
     let unknown = ToolchainKey(0x1234_5678_9abc);
     let r = exec.run(task(unknown, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
     assert_eq!(internal_error(&r), format!("toolchain {unknown} is not offered by this agent"));
-    assert!(!exec.offers(unknown) && exec.offers(GCC) && exec.offers(test_toolchain().key()));
-
-    // Toolchains can be replaced while the executor runs.
-    exec.set_toolchains(HashMap::from([(unknown, PathBuf::from("/usr/bin/gcc"))]));
-    assert!(exec.offers(unknown) && !exec.offers(GCC));
-    let r = exec.run(task(unknown, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
-    assert_eq!(r.header.outcome, Outcome::Success);
     assert_scratch_empty(&exec);
 }
 
@@ -354,19 +349,24 @@ async fn exit_zero_without_an_object_is_an_internal_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_compiler_sees_only_path_and_a_private_tmpdir() {
+async fn the_compiler_sees_only_path_a_private_tmpdir_and_the_specs_locale() {
     let parent = tempfile::tempdir().unwrap();
     let tools = tempfile::tempdir().unwrap();
     // Prints its environment and where the source is, then fails.
     let env = script(tools.path(), "gcc", "env | sort; for a; do last=$a; done; echo \"object=$last\"; exit 2");
     let exec = executor(parent.path(), Some(&env), ExecLimits::default());
-    let r = exec.run(task(FAKE, &spec(&["-O2"], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    let with_locale = TaskSpec { env: vec![("LANG".into(), "C.UTF-8".into())], ..spec(&["-O2"], "a.c") };
+    let r = exec.run(task(FAKE, &with_locale, b"int x;\n"), CancellationToken::new()).await;
     assert_eq!((&r.header.outcome, r.header.exit_status), (&Outcome::CompileFailed, 2));
     let stdout = String::from_utf8_lossy(&r.header.stdout).into_owned();
+    assert!(stdout.contains("LANG=C.UTF-8\n"), "{stdout}");
     let names: Vec<&str> = stdout.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
     // sh adds PWD (and may add SHLVL, _); nothing of the agent's leaks through.
     for name in &names {
-        assert!(["PATH", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD", "object"].contains(name), "{name} in {stdout}");
+        assert!(
+            ["PATH", "TMPDIR", "LANG", "PWD", "SHLVL", "_", "OLDPWD", "object"].contains(name),
+            "{name} in {stdout}"
+        );
     }
     assert!(stdout.contains(&format!("PATH={}\n", std::env::var("PATH").unwrap())), "{stdout}");
     let root = exec.scratch_root().to_str().unwrap();
@@ -555,7 +555,6 @@ async fn fifty_concurrent_test_tasks_all_complete() {
     while exec.running() < 50 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(exec.running(), 50);
     let mut ok = 0;
     for h in handles {
         let (r, source) = h.await.unwrap();

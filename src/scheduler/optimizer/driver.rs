@@ -210,7 +210,7 @@ impl Tuner {
     /// agents' current limits (by what each wants), times `1/(1 - r)` for
     /// its recent hit ratio `r` (capped at [`Params::max_cache_boost`]).
     pub fn shares<J: Job>(&mut self, scheduler: &Scheduler<J>) {
-        let total: u64 = scheduler.agents().iter().map(|a| u64::from(a.token_limit)).sum();
+        let total = u64::from(scheduler.cluster_limit());
         let consumerds = scheduler.consumerd_loads();
         let wanted: Vec<u32> = consumerds.iter().map(|c| c.wanted).collect();
         let params = self.optimizer.params();

@@ -92,15 +92,8 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
 /// One frame from the agent. `Err` is a protocol violation.
 fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) -> Result<(), String> {
     match frame.message {
+        // The frame reader hands over exactly the declared payload.
         Message::TaskResult(header) => {
-            if frame.payload.len() as u64 != header.payload.len {
-                return Err(format!(
-                    "result {} declares {} bytes and carries {}",
-                    header.task_id,
-                    header.payload.len,
-                    frame.payload.len()
-                ));
-            }
             let reservation = match ticket {
                 Ticket::Reserved(r, _) => Some(Arc::new(r)),
                 Ticket::OverBudget | Ticket::Plain | Ticket::Hit(_) => None,

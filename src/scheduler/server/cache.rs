@@ -69,7 +69,6 @@ struct Shared {
     inflight: DashMap<CacheKey, Flight>,
     poison_rejected: AtomicU64,
     deduplicated: AtomicU64,
-    stored: AtomicU64,
 }
 
 impl std::fmt::Debug for CacheHook {
@@ -90,7 +89,6 @@ impl CacheHook {
                 inflight: DashMap::new(),
                 poison_rejected: AtomicU64::new(0),
                 deduplicated: AtomicU64::new(0),
-                stored: AtomicU64::new(0),
             }),
             runtime: tokio::runtime::Handle::current(),
         }
@@ -107,11 +105,6 @@ impl CacheHook {
         s.poison_rejected = self.shared.poison_rejected.load(Ordering::Relaxed);
         s.deduplicated = self.shared.deduplicated.load(Ordering::Relaxed);
         s
-    }
-
-    /// Results stored so far.
-    pub fn stored(&self) -> u64 {
-        self.shared.stored.load(Ordering::Relaxed)
     }
 }
 
@@ -273,7 +266,6 @@ impl Hook<NetJob> for CacheHook {
             if answer.header.outcome == Outcome::Success {
                 if let Ok(result) = CachedResult::from_result(&answer.header, answer.payload.clone()) {
                     this.storage.put(key, result);
-                    this.stored.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let mut liars = Vec::new();

@@ -179,14 +179,6 @@ async fn submit(
     reservation: Option<Reservation>,
     lookup: Lookup,
 ) -> Result<(), String> {
-    if payload.len() as u64 != header.payload.len && !matches!(lookup, Lookup::Hit(_)) {
-        return Err(format!(
-            "task {} declares {} payload bytes and carries {}",
-            header.task_id,
-            header.payload.len,
-            payload.len()
-        ));
-    }
     let (client_id, toolchain) = (header.task_id, header.toolchain);
     match session.submit(client_id, toolchain, TaskBody::new(header, payload, reservation, lookup)) {
         Ok(_) => Ok(()),

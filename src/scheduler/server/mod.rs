@@ -28,7 +28,7 @@ pub mod job;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,8 +105,6 @@ pub enum ServerError {
 pub struct ServerCounters {
     /// Tasks answered "retry locally" because the payload budget was spent.
     pub over_budget: AtomicU64,
-    /// Connections refused (version, role, busy, malformed hello).
-    pub refused: AtomicU64,
 }
 
 /// What every connection task shares.
@@ -200,11 +198,6 @@ impl Server {
         &self.state.scheduler
     }
 
-    /// The result cache, when one is configured.
-    pub fn cache(&self) -> Option<&CacheHook> {
-        self.state.cache.as_ref()
-    }
-
     /// Serves until `shutdown` resolves, then shuts down as the module doc says.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Server { endpoint, state, shutdown_tx, max_connections, grace } = self;
@@ -264,14 +257,12 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "no usable hello");
-            state.counters.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
     let hello = match outcome {
         HelloOutcome::Incompatible(refusal) => {
             tracing::warn!(%peer, %refusal, "refused");
-            state.counters.refused.fetch_add(1, Ordering::Relaxed);
             let _ = hs.refuse(refusal).await;
             return;
         }
@@ -287,7 +278,6 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
     };
     if let Some(refusal) = refusal {
         tracing::warn!(%peer, role = %hello.body.role, %refusal, "refused");
-        state.counters.refused.fetch_add(1, Ordering::Relaxed);
         let _ = hs.refuse(refusal).await;
         return;
     }
