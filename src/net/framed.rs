@@ -57,8 +57,9 @@ pub struct FrameReader {
     recv: RecvStream,
     decoder: FrameDecoder,
     buf: BytesMut,
-    /// A decoded header whose payload (of this length) is still arriving.
-    pending: Option<(Message, usize)>,
+    /// The length of the payload of the header [`FrameReader::next_header`]
+    /// returned, while it is unread.
+    pending: Option<usize>,
     chunks: Vec<Bytes>,
     peer: SocketAddr,
 }
@@ -100,7 +101,7 @@ impl FrameReader {
     /// unusable after any error.
     pub async fn next(&mut self) -> Result<Option<Frame>, NetError> {
         loop {
-            match self.take() {
+            match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => return Ok(Some(frame)),
                 Ok(None) => {}
                 Err(source) => {
@@ -108,15 +109,12 @@ impl FrameReader {
                     return Err(NetError::Decode { peer: self.peer, source });
                 }
             }
-            match self.recv.read_chunks(&mut self.chunks).await {
-                Ok(Some(n)) => {
-                    for chunk in &mut self.chunks[..n] {
-                        self.buf.extend_from_slice(&mem::take(chunk));
-                    }
-                }
-                Ok(None) if self.pending.is_none() && self.buf.is_empty() => return Ok(None),
-                Ok(None) => return Err(NetError::EndedMidFrame { peer: self.peer, buffered: self.buf.len() }),
-                Err(e) => return Err(NetError::from_read(self.peer, e)),
+            if !self.fill().await? {
+                return if self.buf.is_empty() && !self.decoder.is_mid_frame() {
+                    Ok(None)
+                } else {
+                    Err(NetError::EndedMidFrame { peer: self.peer, buffered: self.buf.len() })
+                };
             }
         }
     }
@@ -132,8 +130,7 @@ impl FrameReader {
             if self.pending.is_none() {
                 match self.decoder.decode_header(&mut self.buf) {
                     Ok(Some(message)) => {
-                        let len = message.payload_len() as usize;
-                        self.pending = Some((message.clone(), len));
+                        self.pending = Some(message.payload_len() as usize);
                         return Ok(Some(message));
                     }
                     Ok(None) => {}
@@ -163,7 +160,7 @@ impl FrameReader {
     /// # Errors
     /// As [`FrameReader::next`].
     pub async fn payload(&mut self) -> Result<Bytes, NetError> {
-        let Some(len) = self.pending.as_ref().map(|(_, l)| *l) else {
+        let Some(len) = self.pending else {
             return Ok(Bytes::new());
         };
         while self.buf.len() < len {
@@ -188,28 +185,6 @@ impl FrameReader {
             Ok(None) => Ok(false),
             Err(e) => Err(NetError::from_read(self.peer, e)),
         }
-    }
-
-    /// Takes a whole frame off the buffer, if one is there.
-    fn take(&mut self) -> Result<Option<Frame>, ccroute_wire::DecodeError> {
-        let len = match &self.pending {
-            Some((_, len)) => *len,
-            None => match self.decoder.decode_header(&mut self.buf)? {
-                Some(message) => {
-                    // decode_header checked the length against the limit.
-                    let len = message.payload_len() as usize;
-                    self.pending = Some((message, len));
-                    len
-                }
-                None => return Ok(None),
-            },
-        };
-        if self.buf.len() < len {
-            // One allocation for the whole payload, not one per doubling.
-            self.buf.reserve(len - self.buf.len());
-            return Ok(None);
-        }
-        Ok(self.pending.take().map(|(message, len)| Frame { message, payload: self.buf.split_to(len).freeze() }))
     }
 
     /// Tells the sender we read no more of this stream.
@@ -289,7 +264,7 @@ impl FrameWriter {
     /// # Errors
     /// [`NetError::PayloadMismatch`] (nothing queued) or the stream's failure.
     pub async fn send(&self, message: Message, payload: Bytes) -> Result<(), NetError> {
-        self.check(&message, &payload)?;
+        check_payload(self.peer, &message, &payload)?;
         self.tx.send(Command::Send(Outgoing::Frame { message, payload })).await.map_err(|_| self.closed())
     }
 
@@ -308,7 +283,7 @@ impl FrameWriter {
     /// [`TrySendError::Full`] with the frame, or [`TrySendError::Closed`].
     pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError> {
         if let Outgoing::Frame { message, payload } = &out {
-            self.check(message, payload).map_err(TrySendError::Closed)?;
+            check_payload(self.peer, message, payload).map_err(TrySendError::Closed)?;
         }
         self.tx.try_send(Command::Send(out)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(Command::Send(out)) => TrySendError::Full(Box::new(out)),
@@ -343,18 +318,6 @@ impl FrameWriter {
             Ok(WriterState::Failed(e)) => NetError::from_write(self.peer, e),
             _ => std::future::pending().await,
         }
-    }
-
-    fn check(&self, message: &Message, payload: &Bytes) -> Result<(), NetError> {
-        if message.payload_len() == payload.len() as u64 {
-            return Ok(());
-        }
-        Err(NetError::PayloadMismatch {
-            peer: self.peer,
-            message: message.name(),
-            declared: message.payload_len(),
-            actual: payload.len(),
-        })
     }
 
     /// The error for a send to a writer whose task has ended.
@@ -430,6 +393,19 @@ async fn write_loop(mut send: SendStream, mut rx: mpsc::Receiver<Command>, state
     rx.close();
 }
 
+/// [`NetError::PayloadMismatch`] unless `payload` is as long as `message` declares.
+fn check_payload(peer: SocketAddr, message: &Message, payload: &Bytes) -> Result<(), NetError> {
+    if message.payload_len() == payload.len() as u64 {
+        return Ok(());
+    }
+    Err(NetError::PayloadMismatch {
+        peer,
+        message: message.name(),
+        declared: message.payload_len(),
+        actual: payload.len(),
+    })
+}
+
 /// Sends one frame on a new uni stream and finishes it: for a payload larger
 /// than [`INLINE_PAYLOAD_MAX`]. Returns once quinn has taken all the bytes
 /// (flow control permitting), not when the peer has them.
@@ -438,14 +414,7 @@ async fn write_loop(mut send: SendStream, mut rx: mpsc::Receiver<Command>, state
 /// [`NetError::PayloadMismatch`], or the connection's or stream's failure.
 pub async fn send_on_new_stream(conn: &Connection, message: &Message, payload: Bytes) -> Result<(), NetError> {
     let peer = conn.remote_address();
-    if message.payload_len() != payload.len() as u64 {
-        return Err(NetError::PayloadMismatch {
-            peer,
-            message: message.name(),
-            declared: message.payload_len(),
-            actual: payload.len(),
-        });
-    }
+    check_payload(peer, message, &payload)?;
     let mut send = conn.open_uni().await.map_err(|source| NetError::ConnectionLost { peer, source })?;
     // Below the control stream (priority 0): when both have data, quinn fills
     // packets with small messages first.

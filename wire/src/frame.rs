@@ -104,6 +104,12 @@ impl FrameDecoder {
         self.limits
     }
 
+    /// Whether [`FrameDecoder::decode`] has taken a header whose payload has
+    /// not all arrived: a stream that ends now ends mid-frame.
+    pub fn is_mid_frame(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// Takes the next whole frame (header and payload) off the front of `buf`.
     ///
     /// # Errors

@@ -27,7 +27,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use ccroute_wire::{cache_key, payload, CacheKey, CacheStatus, Outcome};
 use dashmap::DashMap;
 
@@ -153,13 +152,16 @@ impl Shared {
 
 /// Whether a task's bytes hash to the key it claims (computed once).
 fn verified(body: &TaskBody) -> bool {
-    *body.verified.get_or_init(|| {
-        let Some(claimed) = body.header.cache_key else { return false };
-        match payload::decompress(&body.header.payload, &body.payload, MAX_RAW) {
-            Ok(raw) => cache_key(body.header.toolchain, &body.header.spec, &raw) == claimed,
-            Err(_) => false,
-        }
-    })
+    *body.verified.get_or_init(|| key_matches(&body.header, &body.payload))
+}
+
+/// Whether `payload`, the task's compressed source, hashes to the key `header` claims.
+fn key_matches(header: &ccroute_wire::TaskHeader, payload: &[u8]) -> bool {
+    let Some(claimed) = header.cache_key else { return false };
+    match payload::decompress(&header.payload, payload, MAX_RAW) {
+        Ok(raw) => cache_key(header.toolchain, &header.spec, &raw) == claimed,
+        Err(_) => false,
+    }
 }
 
 fn answer_of(result: &CachedResult) -> AgentAnswer {
@@ -239,11 +241,12 @@ impl Hook<NetJob> for CacheHook {
         };
         // The leader's own bytes decide whether its result may be stored or
         // shared; each waiter's bytes decide whether it may take it.
-        let leader = LeaderBytes { header: body.header.clone(), payload: body.payload.clone() };
+        // Owned, for the check off the async threads.
+        let leader = (body.header.clone(), body.payload.clone());
         let this = self.shared.clone();
         self.runtime.spawn(async move {
             let (leader_ok, waiters) = tokio::task::spawn_blocking(move || {
-                let leader_ok = leader.verify();
+                let leader_ok = key_matches(&leader.0, &leader.1);
                 let checked: Vec<(Interception<NetJob>, bool)> = flight
                     .waiters
                     .into_iter()
@@ -281,21 +284,5 @@ impl Hook<NetJob> for CacheHook {
                 w.proceed();
             }
         });
-    }
-}
-
-/// The leader's bytes, owned, for verification off the async threads.
-struct LeaderBytes {
-    header: ccroute_wire::TaskHeader,
-    payload: Bytes,
-}
-
-impl LeaderBytes {
-    fn verify(&self) -> bool {
-        let Some(claimed) = self.header.cache_key else { return false };
-        match payload::decompress(&self.header.payload, &self.payload, MAX_RAW) {
-            Ok(raw) => cache_key(self.header.toolchain, &self.header.spec, &raw) == claimed,
-            Err(_) => false,
-        }
     }
 }

@@ -95,9 +95,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                 }
                 Some(Inbound::Frame { message, payload: None, .. }) => {
                     if let Message::Task(t) = message {
-                        state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
-                        let h = run_locally(t.task_id, RetryReason::OverBudget);
-                        if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
+                        if over_budget(&state, &writer, t.task_id).await.is_err() {
                             break Ok(());
                         }
                     }
@@ -128,6 +126,13 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     // Dropping the session cancels what it still has in flight.
 }
 
+/// Answers a task that would take the scheduler past its payload budget:
+/// run it locally.
+async fn over_budget(state: &State, writer: &FrameWriter, task_id: u64) -> Result<(), NetError> {
+    state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
+    writer.send(Message::TaskResult(run_locally(task_id, RetryReason::OverBudget)), Bytes::new()).await
+}
+
 /// One frame from the consumerd. `Err` is a protocol violation.
 async fn on_frame(
     state: &State,
@@ -145,11 +150,7 @@ async fn on_frame(
                 // stream frame is at most INLINE_PAYLOAD_MAX); count them.
                 Ticket::Plain => match state.budget.try_reserve(header.payload.len) {
                     Some(r) => (Some(r), Lookup::Unchecked),
-                    None => {
-                        state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
-                        let h = run_locally(header.task_id, RetryReason::OverBudget);
-                        return writer.send(Message::TaskResult(h), Bytes::new()).await.map_err(|e| e.to_string());
-                    }
+                    None => return over_budget(state, writer, header.task_id).await.map_err(|e| e.to_string()),
                 },
                 Ticket::OverBudget => (None, Lookup::Unchecked),
             };
