@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{
-    Frame, Hello, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader, Toolchain, PROTOCOL_VERSION,
-};
+use ccroute_wire::{Frame, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader, Toolchain};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
 use super::toolchain::{discover, test_toolchain};
-use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions};
+use crate::net::{self, Identity, NetError, TransportOptions};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -140,20 +138,16 @@ async fn connect(
     config: &AgentConfig,
     toolchains: &[Toolchain],
 ) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
-    let endpoint = net::client_endpoint(&config.identity, &config.transport, config.scheduler)?;
-    let conn = net::connect(&endpoint, config.scheduler).await?;
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        body: HelloBody {
-            role: Role::Agent,
-            node_id: config.node_id,
-            host_name: config.host_name.clone(),
-            system: crate::consumerd::link::system_info(),
-            toolchains: toolchains.to_vec(),
-            usage_limit: config.jobs,
-        },
+    let body = HelloBody {
+        role: Role::Agent,
+        node_id: config.node_id,
+        host_name: config.host_name.clone(),
+        system: net::system_info(),
+        toolchains: toolchains.to_vec(),
+        usage_limit: config.jobs,
     };
-    let (writer, reader, welcome) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    let (conn, writer, reader, welcome) =
+        net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
     Ok((conn, writer, reader, welcome.limit))
 }
 

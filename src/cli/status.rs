@@ -38,7 +38,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
             role: Role::Admin,
             node_id: crate::scheduler::server::random_id(),
             host_name: super::host_name(),
-            system: crate::consumerd::link::system_info(),
+            system: net::system_info(),
             toolchains: vec![],
             usage_limit: 0,
         },

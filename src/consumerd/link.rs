@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ccroute_wire::{
-    cache_key, codec, payload, Cancel, Demand, Frame, Hello, HelloBody, Message, Outcome, ResultHeader, Role,
-    SystemInfo, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate, PROTOCOL_VERSION,
+    cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader,
+    Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
 
 use super::{BoxFuture, Compiled, Remote, RemoteJob, Stats};
-use crate::net::{self, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
 const MAX_OBJECT: u64 = 1 << 30;
@@ -256,24 +256,22 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
 }
 
 async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connected>, net::FrameReader, u32), NetError> {
-    let endpoint = net::client_endpoint(&config.identity, &config.transport, config.scheduler)?;
-    let conn = net::connect(&endpoint, config.scheduler).await?;
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        body: HelloBody {
-            role: Role::Consumerd,
-            node_id: config.node_id,
-            host_name: config.host_name.clone(),
-            system: system_info(),
-            toolchains: lock(&inner.toolchains).clone(),
-            usage_limit: 0,
-        },
+    let toolchains = lock(&inner.toolchains).clone();
+    let keys: Vec<_> = toolchains.iter().map(Toolchain::key).collect();
+    let body = HelloBody {
+        role: Role::Consumerd,
+        node_id: config.node_id,
+        host_name: config.host_name.clone(),
+        system: net::system_info(),
+        toolchains,
+        usage_limit: 0,
     };
-    let (writer, reader, welcome) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    let (conn, writer, reader, welcome) =
+        net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
     {
         let mut announced = lock(&inner.announced);
         announced.clear();
-        announced.extend(hello.body.toolchains.iter().map(Toolchain::key));
+        announced.extend(keys);
     }
     let connected = Arc::new(Connected { conn, writer });
     *lock(&inner.current) = Some(connected.clone());
@@ -332,14 +330,5 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
             }
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
-    }
-}
-
-/// This host, for the hello.
-pub fn system_info() -> SystemInfo {
-    SystemInfo {
-        arch: std::env::consts::ARCH.into(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        memory_bytes: 0,
     }
 }

@@ -15,11 +15,15 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use ccroute_wire::handshake::{decode_hello, decode_reply, encode_hello, encode_reply, MAX_HANDSHAKE};
-use ccroute_wire::{DecodeError, Hello, HelloOutcome, HelloReply, Refusal, Welcome};
+use ccroute_wire::{
+    DecodeError, Hello, HelloBody, HelloOutcome, HelloReply, Refusal, SystemInfo, Welcome, PROTOCOL_VERSION,
+};
 use quinn::{Connection, RecvStream, SendStream};
 
+use super::endpoint::{client_endpoint, connect, TransportOptions};
 use super::error::{handshake_error, CloseReason, NetError, Side};
 use super::framed::{FrameReader, FrameWriter, StreamOptions};
+use super::tls::Identity;
 
 /// How long each side waits for the other's handshake frame.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +31,33 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a refusing scheduler waits for the client to have the refusal
 /// before it closes the connection (a close discards unsent stream data).
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// This host, for a hello.
+pub fn system_info() -> SystemInfo {
+    SystemInfo {
+        arch: std::env::consts::ARCH.into(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        memory_bytes: 0,
+    }
+}
+
+/// Connects to the scheduler at `addr` and says hello with `body`: an
+/// agent's or a consumerd's way in.
+///
+/// # Errors
+/// As [`client_endpoint`], [`connect`] and [`client_handshake`].
+pub async fn dial(
+    identity: &Identity,
+    transport: &TransportOptions,
+    addr: SocketAddr,
+    body: HelloBody,
+) -> Result<(Connection, FrameWriter, FrameReader, Welcome), NetError> {
+    let endpoint = client_endpoint(identity, transport, addr)?;
+    let conn = connect(&endpoint, addr).await?;
+    let hello = Hello { version: PROTOCOL_VERSION, body };
+    let (writer, reader, welcome) = client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+    Ok((conn, writer, reader, welcome))
+}
 
 /// Opens the control stream, sends `hello` and awaits the scheduler's reply.
 ///
