@@ -15,6 +15,8 @@
 //! [`FrameDecoder::decode_header`] and reads the payload itself.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::codec;
 use crate::error::DecodeError;
@@ -52,15 +54,37 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
+/// A frame's header: what the codec encodes ahead of the payload, and how
+/// long that payload is. [`Message`] on QUIC streams; the local protocol's
+/// messages on the wrapper's socket.
+pub(crate) trait Header: Serialize + DeserializeOwned {
+    /// What it is, for decode errors.
+    const WHAT: &'static str;
+    /// Bytes of payload that follow it.
+    fn payload_len(&self) -> u64;
+}
+
+impl Header for Message {
+    const WHAT: &'static str = "message";
+    fn payload_len(&self) -> u64 {
+        Message::payload_len(self)
+    }
+}
+
+/// Appends `msg` as a length-prefixed header frame.
+pub(crate) fn put_header<H: Header>(msg: &H, out: &mut BytesMut) {
+    let start = out.len();
+    out.put_u32_le(0);
+    codec::encode_value(msg, out);
+    let len = (out.len() - start - LEN_PREFIX) as u32;
+    out[start..start + LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
+}
+
 /// Appends `msg` as a length-prefixed header frame. Its payload, if any, is
 /// written by the caller right after (so that it can come from anywhere
 /// without being copied here).
 pub fn encode_header(msg: &Message, out: &mut BytesMut) {
-    let start = out.len();
-    out.put_u32_le(0);
-    codec::encode_message(msg, out);
-    let len = (out.len() - start - LEN_PREFIX) as u32;
-    out[start..start + LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
+    put_header(msg, out);
 }
 
 /// Appends a whole frame: header and payload.
@@ -73,41 +97,93 @@ pub fn encode_frame(msg: &Message, payload: &[u8], out: &mut BytesMut) {
     out.extend_from_slice(payload);
 }
 
-/// Peeks the length prefix of the next frame and checks it, without consuming.
-fn peek_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, DecodeError> {
-    if buf.len() < LEN_PREFIX {
-        return Ok(None);
+/// The incremental decoder behind [`FrameDecoder`] and the local protocol's.
+#[derive(Debug)]
+pub(crate) struct Decoder<H> {
+    limits: Limits,
+    /// Most bytes reserved ahead of a payload that is still arriving.
+    reserve_ahead: usize,
+    /// A header whose payload has not fully arrived yet.
+    pending: Option<(H, usize)>,
+}
+
+impl<H: Header> Decoder<H> {
+    pub(crate) fn new(limits: Limits, reserve_ahead: usize) -> Self {
+        Decoder { limits, reserve_ahead, pending: None }
     }
-    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    if len > limits.max_header {
-        return Err(DecodeError::FrameTooLarge { len: u64::from(len), max: u64::from(limits.max_header) });
+
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
     }
-    Ok(Some(len as usize))
+
+    pub(crate) fn is_mid_frame(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<(H, Bytes)>, DecodeError> {
+        if self.pending.is_none() {
+            let Some(message) = self.decode_header(buf)? else {
+                return Ok(None);
+            };
+            // decode_header checked the length against the limit, which fits usize.
+            let len = usize::try_from(message.payload_len()).unwrap_or(usize::MAX);
+            self.pending = Some((message, len));
+        }
+        let len = match &self.pending {
+            Some((_, len)) => *len,
+            None => return Ok(None),
+        };
+        if buf.len() < len {
+            buf.reserve((len - buf.len()).min(self.reserve_ahead));
+            return Ok(None);
+        }
+        Ok(self.pending.take().map(|(message, len)| (message, buf.split_to(len).freeze())))
+    }
+
+    pub(crate) fn decode_header(&mut self, buf: &mut BytesMut) -> Result<Option<H>, DecodeError> {
+        if buf.len() < LEN_PREFIX {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        if len > self.limits.max_header {
+            return Err(DecodeError::FrameTooLarge { len: u64::from(len), max: u64::from(self.limits.max_header) });
+        }
+        let len = len as usize;
+        if buf.len() < LEN_PREFIX + len {
+            buf.reserve(LEN_PREFIX + len - buf.len());
+            return Ok(None);
+        }
+        let message: H = codec::decode_value(&buf[LEN_PREFIX..LEN_PREFIX + len], H::WHAT)?;
+        let payload = message.payload_len();
+        if payload > self.limits.max_payload {
+            return Err(DecodeError::PayloadTooLarge { len: payload, max: self.limits.max_payload });
+        }
+        buf.advance(LEN_PREFIX + len);
+        Ok(Some(message))
+    }
 }
 
 /// Incremental decoder for one stream.
 #[derive(Debug)]
-pub struct FrameDecoder {
-    limits: Limits,
-    /// A header whose payload has not fully arrived yet.
-    pending: Option<(Message, usize)>,
-}
+pub struct FrameDecoder(Decoder<Message>);
 
 impl FrameDecoder {
     /// A decoder with these limits.
     pub fn new(limits: Limits) -> Self {
-        FrameDecoder { limits, pending: None }
+        // A payload's whole length at once: one allocation, not one per
+        // doubling (the limit bounds it).
+        FrameDecoder(Decoder::new(limits, usize::MAX))
     }
 
     /// The limits this decoder enforces.
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.0.limits()
     }
 
     /// Whether [`FrameDecoder::decode`] has taken a header whose payload has
     /// not all arrived: a stream that ends now ends mid-frame.
     pub fn is_mid_frame(&self) -> bool {
-        self.pending.is_some()
+        self.0.is_mid_frame()
     }
 
     /// Takes the next whole frame (header and payload) off the front of `buf`.
@@ -115,27 +191,7 @@ impl FrameDecoder {
     /// # Errors
     /// Any [`DecodeError`]: the stream is unusable after one.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
-        if self.pending.is_none() {
-            match self.decode_header(buf)? {
-                Some(message) => {
-                    // decode_header checked the length against the limit.
-                    let len = message.payload_len() as usize;
-                    self.pending = Some((message, len));
-                }
-                None => return Ok(None),
-            }
-        }
-        let ready = matches!(&self.pending, Some((_, len)) if buf.len() >= *len);
-        if !ready {
-            if let Some((_, len)) = &self.pending {
-                buf.reserve(len - buf.len());
-            }
-            return Ok(None);
-        }
-        match self.pending.take() {
-            Some((message, len)) => Ok(Some(Frame { message, payload: buf.split_to(len).freeze() })),
-            None => Ok(None),
-        }
+        Ok(self.0.decode(buf)?.map(|(message, payload)| Frame { message, payload }))
     }
 
     /// Takes the next header frame off the front of `buf`, leaving its payload
@@ -144,20 +200,7 @@ impl FrameDecoder {
     /// # Errors
     /// Any [`DecodeError`]: the stream is unusable after one.
     pub fn decode_header(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, DecodeError> {
-        let Some(len) = peek_len(buf, &self.limits)? else {
-            return Ok(None);
-        };
-        if buf.len() < LEN_PREFIX + len {
-            buf.reserve(LEN_PREFIX + len - buf.len());
-            return Ok(None);
-        }
-        let message = codec::decode_message(&buf[LEN_PREFIX..LEN_PREFIX + len])?;
-        let payload = message.payload_len();
-        if payload > self.limits.max_payload {
-            return Err(DecodeError::PayloadTooLarge { len: payload, max: self.limits.max_payload });
-        }
-        buf.advance(LEN_PREFIX + len);
-        Ok(Some(message))
+        self.0.decode_header(buf)
     }
 }
 

@@ -25,15 +25,12 @@
 //! [`CONSUMERD_LIMITS`]). Left out: sockets and processes (the wrapper and the
 //! consumerd own them).
 
-use std::marker::PhantomData;
-
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
 use crate::error::DecodeError;
-use crate::frame::{Limits, LEN_PREFIX};
+use crate::frame::{put_header, Decoder, Header, Limits};
 use crate::message::TaskSpec;
 
 /// Version of this protocol, carried by every [`Job`]: a wrapper and a
@@ -189,14 +186,17 @@ impl LocalMessage for ConsumerdMsg {
     }
 }
 
+impl<M: LocalMessage> Header for M {
+    const WHAT: &'static str = <M as LocalMessage>::WHAT;
+    fn payload_len(&self) -> u64 {
+        LocalMessage::payload_len(self)
+    }
+}
+
 /// Appends `msg` as a length-prefixed header frame; its payload (if any) is
 /// written by the caller right after, so it need not be copied here.
 pub fn encode_local_header<M: LocalMessage>(msg: &M, out: &mut BytesMut) {
-    let start = out.len();
-    out.put_u32_le(0);
-    codec::encode_value(msg, out);
-    let len = (out.len() - start - LEN_PREFIX) as u32;
-    out[start..start + LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
+    put_header(msg, out);
 }
 
 /// Appends a whole frame: header and payload.
@@ -218,24 +218,21 @@ pub struct LocalFrame<M> {
     pub payload: Bytes,
 }
 
-/// Incremental decoder for one direction of one connection.
+/// Incremental decoder for one direction of one connection: the same
+/// framing as [`crate::FrameDecoder`], with memory reserved ahead of a
+/// payload only as its bytes arrive.
 #[derive(Debug)]
-pub struct LocalDecoder<M> {
-    limits: Limits,
-    /// A header whose payload has not fully arrived yet.
-    pending: Option<(M, usize)>,
-    _kind: PhantomData<fn() -> M>,
-}
+pub struct LocalDecoder<M>(Decoder<M>);
 
 impl<M: LocalMessage> LocalDecoder<M> {
     /// A decoder with these limits.
     pub fn new(limits: Limits) -> Self {
-        LocalDecoder { limits, pending: None, _kind: PhantomData }
+        LocalDecoder(Decoder::new(limits, RESERVE_AHEAD))
     }
 
     /// Whether a header was decoded whose payload is still arriving.
     pub fn is_mid_frame(&self) -> bool {
-        self.pending.is_some()
+        self.0.is_mid_frame()
     }
 
     /// Takes the next whole frame off the front of `buf`; `Ok(None)` means
@@ -244,55 +241,15 @@ impl<M: LocalMessage> LocalDecoder<M> {
     /// # Errors
     /// Any [`DecodeError`]: the connection is unusable after one.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<LocalFrame<M>>, DecodeError> {
-        if self.pending.is_none() {
-            let Some(message) = self.decode_header(buf)? else {
-                return Ok(None);
-            };
-            // decode_header checked the length against the limit, which fits usize.
-            let len = usize::try_from(message.payload_len()).unwrap_or(usize::MAX);
-            self.pending = Some((message, len));
-        }
-        let len = match &self.pending {
-            Some((_, len)) => *len,
-            None => return Ok(None),
-        };
-        if buf.len() < len {
-            // Memory follows the bytes that arrive, not the length a peer claims.
-            buf.reserve((len - buf.len()).min(RESERVE_AHEAD));
-            return Ok(None);
-        }
-        match self.pending.take() {
-            Some((message, len)) => Ok(Some(LocalFrame { message, payload: buf.split_to(len).freeze() })),
-            None => Ok(None),
-        }
-    }
-
-    fn decode_header(&mut self, buf: &mut BytesMut) -> Result<Option<M>, DecodeError> {
-        if buf.len() < LEN_PREFIX {
-            return Ok(None);
-        }
-        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        if len > self.limits.max_header {
-            return Err(DecodeError::FrameTooLarge { len: u64::from(len), max: u64::from(self.limits.max_header) });
-        }
-        let len = len as usize;
-        if buf.len() < LEN_PREFIX + len {
-            buf.reserve(LEN_PREFIX + len - buf.len());
-            return Ok(None);
-        }
-        let message: M = codec::decode_value(&buf[LEN_PREFIX..LEN_PREFIX + len], M::WHAT)?;
-        let payload = message.payload_len();
-        if payload > self.limits.max_payload {
-            return Err(DecodeError::PayloadTooLarge { len: payload, max: self.limits.max_payload });
-        }
-        buf.advance(LEN_PREFIX + len);
-        Ok(Some(message))
+        Ok(self.0.decode(buf)?.map(|(message, payload)| LocalFrame { message, payload }))
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use bytes::BufMut;
+
     use super::*;
 
     fn job() -> WrapperMsg {
