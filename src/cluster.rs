@@ -116,7 +116,7 @@ impl LocalCluster {
                 discover: config.discover,
                 test_toolchain: config.test_toolchain,
                 scratch_parent: crate::agent::executor::default_scratch_parent(),
-                node_id: crate::scheduler::server::random_id(),
+                node_id: crate::net::random_id(),
                 host_name: format!("agent-{}", i + 1),
             };
             let stopped = stopped.clone();
@@ -187,7 +187,7 @@ pub fn link_config(scheduler: SocketAddr, identity: Identity) -> LinkConfig {
         scheduler,
         identity: Arc::new(identity),
         transport: TransportOptions::default(),
-        node_id: crate::scheduler::server::random_id(),
+        node_id: crate::net::random_id(),
         host_name: crate::cli::host_name(),
     }
 }

@@ -167,20 +167,9 @@ fn a_corrupted_cache_file_is_a_miss_not_a_wrong_object() {
     assert_eq!(st["totals"]["completed"], 1, "it was compiled again: {st}");
 }
 
+/// The disk tier's entries (named by their 64-hex-digit key).
 fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = vec![];
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().unwrap().len() == 64 {
-                out.push(p);
-            }
-        }
-    }
-    out
+    common::files(dir, |p| p.file_name().is_some_and(|n| n.len() == 64))
 }
 
 #[test]

@@ -127,12 +127,7 @@ impl Build {
 
 /// Every `.o` under `dir`.
 fn count_objects(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .map(|p| if p.is_dir() { count_objects(&p) } else { usize::from(p.extension().is_some_and(|x| x == "o")) })
-        .sum()
+    common::files(dir, common::is_object).len()
 }
 
 /// Everything a test started, stopped in an order that leaves nothing

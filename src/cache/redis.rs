@@ -70,7 +70,12 @@ impl RedisConfig {
         }
     }
 
-    /// Sets the per-call timeout.
+    /// The most a put may take: never less than a get.
+    fn put_timeout(&self) -> Duration {
+        self.write_timeout.max(self.timeout)
+    }
+
+    /// Sets the timeout of a get (connecting included).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -217,7 +222,7 @@ impl RedisTier {
             cmd.arg("PX").arg(ttl.as_millis().max(1) as u64);
         }
         let outcome = self
-            .bounded("put", self.config.write_timeout.max(self.config.timeout), async {
+            .bounded("put", self.config.put_timeout(), async {
                 let mut conn = self.connection().await?;
                 cmd.query_async::<()>(&mut conn).await.map_err(|source| RedisTierError::Redis { op: "put", source })
             })
@@ -307,7 +312,7 @@ impl RedisTier {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.timeout))
             // Each call's own bound (get or put) applies on top.
-            .set_response_timeout(Some(self.config.write_timeout.max(self.config.timeout)));
+            .set_response_timeout(Some(self.config.put_timeout()));
         match self.client.get_multiplexed_async_connection_with_config(&config).await {
             Ok(conn) => {
                 self.conn.store(Some(Arc::new(conn.clone())));

@@ -50,10 +50,10 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
     let admin = cluster.identity(CertRole::Admin)?;
     for round in 1..=2 {
         let before = stats.snapshot();
-        let hits_before = status::fetch(cluster.addr, &admin).await?.totals.intercepted;
+        let hits_before = cluster.scheduler.totals().intercepted;
         let took = make(&sample, &build, a.jobs, Some((&exe, &cluster.socket)), &["check"]).await?;
         let after = stats.snapshot();
-        let hits = status::fetch(cluster.addr, &admin).await?.totals.intercepted - hits_before;
+        let hits = cluster.scheduler.totals().intercepted - hits_before;
         println!(
             "build {round} through ccroute:     {:>6.1} s  ({:.2}x local)  {} compiles remote ({hits} answered by the cache), {} local, {} fell back to local",
             took.as_secs_f64(),

@@ -235,7 +235,7 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
         discover: !a.no_discover,
         test_toolchain: a.test_toolchain,
         scratch_parent: a.scratch_dir.unwrap_or_else(crate::agent::executor::default_scratch_parent),
-        node_id: crate::scheduler::server::random_id(),
+        node_id: crate::net::random_id(),
         host_name: a.name.unwrap_or_else(host_name),
     };
     crate::agent::daemon::run(config, signals()).await?;
@@ -293,6 +293,24 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
 pub fn bundled_sample() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
     dir.join("Makefile").is_file().then_some(dir)
+}
+
+#[cfg(test)]
+mod subcommand_tests {
+    use clap::CommandFactory;
+
+    use super::{args::Cli, SUBCOMMANDS};
+
+    /// The wrapper's fast path tells subcommands from compilers by this list,
+    /// without building clap's parser: it must name every subcommand.
+    #[test]
+    fn the_list_names_every_subcommand() {
+        let mut clap: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect();
+        let mut ours: Vec<String> = SUBCOMMANDS.iter().map(|s| (*s).to_owned()).collect();
+        clap.sort();
+        ours.sort();
+        assert_eq!(ours, clap);
+    }
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
         version: PROTOCOL_VERSION,
         body: HelloBody {
             role: Role::Admin,
-            node_id: crate::scheduler::server::random_id(),
+            node_id: crate::net::random_id(),
             host_name: super::host_name(),
             system: net::system_info(),
             toolchains: vec![],

@@ -2,7 +2,6 @@
 //! arbitration, the remote path behind a test [`Remote`] that compiles the
 //! way an agent does, fallbacks, and a consumerd started by a wrapper.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output};
@@ -229,19 +228,16 @@ fn with_a_remote_window_compiles_split_and_remote_objects_are_identical() {
 
 /// Holds the only local slot of a consumerd: a raw client that got `RunLocally`.
 fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
-    use bytes::BytesMut;
-    use ccroute_wire::local::{encode_local, Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    use ccroute_wire::local::{Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+    let s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     let job = Job {
         version: LOCAL_PROTOCOL_VERSION,
         compiler: b"/usr/bin/gcc".to_vec(),
         spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![] },
         pid: 0,
     };
-    let mut out = BytesMut::new();
-    encode_local(&WrapperMsg::Job(job), b"", &mut out);
-    s.write_all(&out).unwrap();
     let mut session = crate::wrapper::session::Session::new(s.try_clone().unwrap());
+    session.send(&WrapperMsg::Job(job), b"").unwrap();
     let f = session.recv().unwrap();
     assert!(matches!(f.message, ccroute_wire::local::ConsumerdMsg::RunLocally { .. }), "{:?}", f.message);
     s

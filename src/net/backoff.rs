@@ -35,7 +35,7 @@ impl Backoff {
         if lasted >= STABLE {
             self.next = FIRST;
         }
-        let jitter = 1.0 + 0.25 * f64::from((crate::scheduler::server::random_id() % 1000) as u32) / 1000.0;
+        let jitter = 1.0 + 0.25 * f64::from((crate::net::random_id() % 1000) as u32) / 1000.0;
         let delay = self.next.mul_f64(jitter);
         self.next = self.next.mul_f64(std::f64::consts::SQRT_2).min(MOST);
         delay

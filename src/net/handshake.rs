@@ -32,6 +32,17 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// before it closes the connection (a close discards unsent stream data).
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
+/// A random 128-bit node id from the OS.
+pub fn random_id() -> u128 {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to time and pid, unique enough for an id.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return now.as_nanos() ^ (u128::from(std::process::id()) << 96);
+    }
+    u128::from_le_bytes(bytes)
+}
+
 /// This host, for a hello.
 pub fn system_info() -> SystemInfo {
     SystemInfo {

@@ -223,21 +223,34 @@ pub fn make(dir: &Path, args: &[String], env: &[(String, String)]) -> Output {
     cmd.output().unwrap()
 }
 
-/// Every `.o` under `dir`, by path relative to it.
-pub fn objects(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
+/// The files under `dir` that `keep` picks; a directory that cannot be
+/// read (not made yet, or removed meanwhile) holds none.
+pub fn files(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut out = vec![];
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
+        for p in std::fs::read_dir(&d).into_iter().flatten().filter_map(Result::ok).map(|e| e.path()) {
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "o") {
-                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+            } else if keep(&p) {
+                out.push(p);
             }
         }
     }
     out
+}
+
+/// Whether `p` is an object file.
+pub fn is_object(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "o")
+}
+
+/// Every `.o` under `dir`, by path relative to it.
+pub fn objects(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    files(dir, is_object)
+        .into_iter()
+        .map(|p| (p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap()))
+        .collect()
 }
 
 /// Asserts two object sets are byte-identical, naming the first that differs.

@@ -57,17 +57,7 @@ fn job_frame() -> BytesMut {
 
 /// Reads one whole consumerd frame off a raw client socket.
 fn read_answer(s: &mut StdStream) -> ConsumerdMsg {
-    let mut dec = LocalDecoder::<ConsumerdMsg>::new(ccroute_wire::local::CONSUMERD_LIMITS);
-    let mut buf = BytesMut::new();
-    loop {
-        if let Some(f) = dec.decode(&mut buf).unwrap() {
-            return f.message;
-        }
-        let mut chunk = [0u8; 4096];
-        let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "closed before an answer");
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    crate::wrapper::session::Session::new(s.try_clone().unwrap()).recv().unwrap().message
 }
 
 /// Whether the server closed the client's connection (EOF, or a reset).

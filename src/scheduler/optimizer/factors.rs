@@ -77,6 +77,12 @@ pub struct Factors {
 }
 
 impl Factors {
+    /// Whether the agent ran compiles (about one or more on average) this
+    /// interval: only then does its CPU say anything about them.
+    pub fn ran_tasks(&self) -> bool {
+        self.tasks_running >= 0.5
+    }
+
     /// Throttled work relative to capacity: how far demand passed it.
     pub fn excess(&self) -> f64 {
         if self.capacity > 0.0 {

@@ -390,7 +390,7 @@ fn overload(params: &Params, f: &Factors) -> Option<Overload> {
     });
     // Pressure is the host's (or the cgroup's) whole: while the agent runs
     // nothing, it is someone else's and no reason to lower this agent.
-    let pressure = f.pressure.filter(|p| *p >= params.lower_pressure && f.tasks_running >= 0.5).map(Overload::Pressure);
+    let pressure = f.pressure.filter(|p| *p >= params.lower_pressure && f.ran_tasks()).map(Overload::Pressure);
     // Throttling, when there is some, is the measured one (and pressure
     // may count the throttled time too).
     throttled.or(pressure)
@@ -420,7 +420,7 @@ fn lower(params: &Params, f: &Factors, overload: Overload, estimate: Option<f64>
     // held back. When every CPU of the host was busy that is only a lower
     // bound on the demand per task, so the target drawn from it is an upper
     // bound on the right limit.
-    let implied = (running >= 0.5).then(|| (f.cpu_used + f.throttled_cpus) / running);
+    let implied = f.ran_tasks().then(|| (f.cpu_used + f.throttled_cpus) / running);
     let task_cpu = match (estimate, implied) {
         (Some(e), Some(i)) => Some(e.max(i)),
         (e, i) => e.or(i),
@@ -455,7 +455,7 @@ fn lower(params: &Params, f: &Factors, overload: Overload, estimate: Option<f64>
         // tasks admitted before an earlier cut may still be running, and
         // cutting the limit again for them would overshoot. At least one
         // task fewer than ran.
-        let base = if running >= 0.5 { running } else { f64::from(limit) };
+        let base = if f.ran_tasks() { running } else { f64::from(limit) };
         let cut = (base * (1.0 - by)).floor().min(base.ceil() - 1.0).max(1.0);
         if cut < f64::from(best.map_or(limit, |b| b.0)) {
             best = Some((cut as u32, Step::Backoff(by)));
@@ -639,6 +639,18 @@ mod tests {
         let r = pressured(reading(3.0, 4.0), 0.2);
         let (l, why) = run(&r, &mut est, busy(4));
         assert_eq!((l, why.to_string().as_str()), (4, "hold: cpu pressure 20%"));
+    }
+
+    #[test]
+    fn pressure_while_running_nothing_is_not_ours_to_cut_for() {
+        // Other work on the host, with every token free: hold.
+        let mut est = Memory::with_estimate(None);
+        let idle = View { tokens_in_use: 0, tokens_all_taken: false, tasks_waiting: false, ..busy(8) };
+        let (l, _) = run(&pressured(reading(0.0, 0.0), 1.0), &mut est, idle);
+        assert_eq!(l, 8);
+        // The same pressure while the agent runs its compiles: lower.
+        let (l, _) = run(&pressured(reading(4.0, 8.0), 1.0), &mut est, busy(8));
+        assert!(l < 8, "{l}");
     }
 
     #[test]

@@ -169,7 +169,7 @@ impl Server {
         let state = Arc::new(State {
             scheduler,
             budget: Budget::new(config.payload_budget),
-            id: random_id(),
+            id: net::random_id(),
             started: Instant::now(),
             optimizer,
             cache,
@@ -287,17 +287,6 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
         Role::Agent => agent::serve(state, conn, hello, hs).instrument(span).await,
         Role::Admin => admin::serve(state, conn, hs).instrument(span).await,
     }
-}
-
-/// A random 128-bit node id from the OS.
-pub fn random_id() -> u128 {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No OS randomness: fall back to time and pid, unique enough for an id.
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        return now.as_nanos() ^ (u128::from(std::process::id()) << 96);
-    }
-    u128::from_le_bytes(bytes)
 }
 
 /// How a peer's session loop ended: `Ok` when the peer went away, `Err` with the reason
