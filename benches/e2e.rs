@@ -552,12 +552,12 @@ async fn drive(
                 let answer = link.compile(job).await;
                 latencies.push(started.elapsed());
                 match answer {
-                    Ok(c) if c.exit_status == 0 && c.object == want => {}
+                    Ok(c) if c.exit_status == 0 && c.parts.object == want => {}
                     Ok(c) => {
                         return Err(format!(
                             "task {i}: exit status {}, {} object bytes, not the expected {}",
                             c.exit_status,
-                            c.object.len(),
+                            c.parts.object.len(),
                             want.len()
                         ))
                     }

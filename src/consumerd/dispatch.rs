@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ccroute_wire::local::{CompiledHeader, CompiledParts, ConsumerdMsg, Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+use ccroute_wire::local::{CompiledHeader, ConsumerdMsg, Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
@@ -285,9 +285,9 @@ impl Dispatcher {
                 conn.state = State::Answered;
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
-                let parts = CompiledParts { stdout: compiled.stdout, stderr: compiled.stderr, object: compiled.object };
-                let header = CompiledHeader::of(compiled.exit_status, &parts);
-                debug!(conn = %id, pid = conn.pid, status = compiled.exit_status, "remote result");
+                let (status, parts) = (compiled.exit_status, compiled.parts);
+                let header = CompiledHeader::of(status, &parts);
+                debug!(conn = %id, pid = conn.pid, status, "remote result");
                 let payload = vec![parts.stdout, parts.stderr, parts.object];
                 self.ipc.send(id, Outbound::Message(ConsumerdMsg::Compiled(header), payload));
             }

@@ -518,21 +518,17 @@ fn read_frames(conn: &mut Conn, inbound: &flume::Sender<(ConnId, Inbound)>, scra
             return ReadEnd::Close(Some(format!("{n} bytes sent before the answer to the previous message")));
         }
         conn.rbuf.extend_from_slice(&scratch[..n]);
-        loop {
-            match conn.decoder.decode(&mut conn.rbuf) {
-                Ok(None) => break,
-                Ok(Some(frame)) => {
-                    if conn.awaiting {
-                        return ReadEnd::Close(Some("two messages sent without waiting for an answer".into()));
-                    }
-                    conn.awaiting = true;
-                    if inbound.send((conn.id, Inbound::Message(frame))).is_err() {
-                        return ReadEnd::Close(Some("the consumerd is shutting down".into()));
-                    }
+        match conn.decoder.decode(&mut conn.rbuf) {
+            Ok(None) => {}
+            Ok(Some(frame)) => {
+                conn.awaiting = true;
+                if inbound.send((conn.id, Inbound::Message(frame))).is_err() {
+                    return ReadEnd::Close(Some("the consumerd is shutting down".into()));
                 }
-                Err(e) => return ReadEnd::Close(Some(e.to_string())),
             }
+            Err(e) => return ReadEnd::Close(Some(e.to_string())),
         }
+        // Anything past one message (a second one included) came too early.
         if conn.awaiting && !conn.rbuf.is_empty() {
             return ReadEnd::Close(Some("bytes sent without waiting for an answer".into()));
         }

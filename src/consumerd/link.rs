@@ -26,7 +26,7 @@ use ccroute_wire::{
 };
 use tokio::sync::{oneshot, watch};
 
-use super::{BoxFuture, Compiled, Remote, RemoteJob, Stats};
+use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteJob, Stats};
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
@@ -199,14 +199,13 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, String> 
         Outcome::Success => {
             let object =
                 payload::decompress(&header.payload, object, MAX_OBJECT).map_err(|e| format!("bad object: {e}"))?;
-            Ok(Compiled { exit_status: 0, stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) })
+            let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) };
+            Ok(Compiled { exit_status: 0, parts })
         }
-        Outcome::CompileFailed => Ok(Compiled {
-            exit_status: header.exit_status,
-            stdout: header.stdout,
-            stderr: header.stderr,
-            object: Bytes::new(),
-        }),
+        Outcome::CompileFailed => {
+            let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::new() };
+            Ok(Compiled { exit_status: header.exit_status, parts })
+        }
         Outcome::InternalError(why) => Err(format!("the agent could not compile it: {why}")),
         Outcome::Defunct => Err("the agent was lost".into()),
         Outcome::Retry(_, reason) => Err(reason.to_string()),

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ccroute_wire::local::CompiledParts;
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
 
@@ -58,12 +59,9 @@ pub struct RemoteJob {
 pub struct Compiled {
     /// The compiler's exit status.
     pub exit_status: i32,
-    /// Its standard output.
-    pub stdout: Bytes,
-    /// Its standard error (warnings included), as a local compile would print it.
-    pub stderr: Bytes,
-    /// The object (empty unless `exit_status` is 0).
-    pub object: Bytes,
+    /// Its output (stderr with warnings, as a local compile would print
+    /// it) and the object (empty unless `exit_status` is 0).
+    pub parts: CompiledParts,
 }
 
 /// The remote side of a consumerd, as its local side sees it.

@@ -61,9 +61,11 @@ fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, String> {
     let object = if out.status.success() { std::fs::read(&cmd.object_path).unwrap() } else { vec![] };
     Ok(Compiled {
         exit_status: out.status.code().unwrap_or(1),
-        stdout: out.stdout.into(),
-        stderr: cmd.rewrite_output(&out.stderr).into(),
-        object: object.into(),
+        parts: CompiledParts {
+            stdout: out.stdout.into(),
+            stderr: cmd.rewrite_output(&out.stderr).into(),
+            object: object.into(),
+        },
     })
 }
 

@@ -252,16 +252,23 @@ pub enum ConnectError {
     },
 }
 
+/// A connection to the consumerd at `path`; `None` while nothing listens there.
+fn try_connect(path: &Path) -> Result<Option<UnixStream>, ConnectError> {
+    match UnixStream::connect(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => Ok(None),
+        Err(source) => Err(ConnectError::Connect { path: path.to_owned(), source }),
+    }
+}
+
 /// Connects to the consumerd at `socket`, starting one with `starter` when
 /// nothing listens there.
 ///
 /// # Errors
 /// [`ConnectError`]: the caller compiles locally.
 pub fn connect(socket: &SocketPath, starter: Option<&Starter>) -> Result<UnixStream, ConnectError> {
-    match UnixStream::connect(&socket.path) {
-        Ok(s) => return Ok(s),
-        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {}
-        Err(source) => return Err(ConnectError::Connect { path: socket.path.clone(), source }),
+    if let Some(s) = try_connect(&socket.path)? {
+        return Ok(s);
     }
     let Some(starter) = starter else {
         return Err(ConnectError::NotRunning(socket.path.clone()));
@@ -283,10 +290,8 @@ pub fn connect(socket: &SocketPath, starter: Option<&Starter>) -> Result<UnixStr
     loop {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
-        match UnixStream::connect(&socket.path) {
-            Ok(s) => return Ok(s),
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {}
-            Err(source) => return Err(ConnectError::Connect { path: socket.path.clone(), source }),
+        if let Some(s) = try_connect(&socket.path)? {
+            return Ok(s);
         }
         let exited = child.as_mut().is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
         if exited {

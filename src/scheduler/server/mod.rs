@@ -281,7 +281,8 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
         let _ = hs.refuse(refusal).await;
         return;
     }
-    let span = tracing::info_span!("peer", %peer, role = %hello.body.role, node = %format_args!("{:08x}", hello.body.node_id as u32));
+    // The node as `ccroute status` shortens it: its top 32 bits.
+    let span = tracing::info_span!("peer", %peer, role = %hello.body.role, node = %format_args!("{:08x}", (hello.body.node_id >> 96) as u32));
     match hello.body.role {
         Role::Consumerd => consumerd::serve(state, conn, hello, hs).instrument(span).await,
         Role::Agent => agent::serve(state, conn, hello, hs).instrument(span).await,
