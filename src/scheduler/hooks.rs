@@ -118,6 +118,11 @@ impl<J: Job> Interception<J> {
         self.task.as_deref()
     }
 
+    /// The task, shared (for work that outlives this handle).
+    pub fn task_handle(&self) -> Option<Arc<Task<J>>> {
+        self.task.clone()
+    }
+
     /// Whether the task still waits on this interception (not ended by a cancel).
     pub fn is_live(&self) -> bool {
         self.task.as_ref().is_some_and(|t| t.state().phase == Phase::Held)

@@ -404,4 +404,4 @@ impl<J: Job> Scheduler<J> {
 }
 
 #[cfg(all(test, not(ccroute_loom)))]
-mod tests;
+pub(crate) mod tests;

@@ -32,6 +32,7 @@ use dashmap::DashMap;
 
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use crate::cache::{CachedResult, Storage};
+use crate::scheduler::task::Phase;
 use crate::scheduler::{EndView, Hook, HookAction, Interception, Task, TaskId, TaskRef};
 
 /// The most bytes a source may decompress to for verification.
@@ -110,43 +111,97 @@ impl CacheHook {
 impl Shared {
     /// Joins the flight of `key` as a waiter, or starts it as its leader.
     /// Returns the interception back when it leads (the caller lets it
-    /// proceed, outside the table's lock).
+    /// proceed, outside the table's lock). A task that has ended (its
+    /// consumerd cancelled it while it was being looked up) joins nothing and
+    /// leads nothing.
     fn join_or_lead(&self, key: CacheKey, held: Interception<NetJob>) -> Option<Interception<NetJob>> {
-        let id = held.task().map(Task::id)?;
+        if !held.is_live() {
+            return None;
+        }
+        let id = held.task()?.id();
         match self.inflight.entry(key) {
             dashmap::Entry::Occupied(mut e) => {
                 e.get_mut().waiters.push(held);
                 self.deduplicated.fetch_add(1, Ordering::Relaxed);
-                None
+                return None;
             }
             dashmap::Entry::Vacant(v) => {
                 v.insert(Flight { leader: id, waiters: Vec::new() });
-                Some(held)
             }
         }
+        if held.is_live() {
+            return Some(held);
+        }
+        self.leader_gone(key, id);
+        None
+    }
+
+    /// Called when `id`, just recorded as the leader of `key`, turns out to
+    /// have ended. Its end was stored in its state word before its `on_end`
+    /// ran, and `on_end` takes the table's shard lock: either `on_end` came
+    /// after the record and removed the flight itself (then this finds
+    /// nothing), or it came before and found nothing to remove, and the flight
+    /// goes here. Either way no dead task leads a flight.
+    fn leader_gone(&self, key: CacheKey, id: TaskId) {
+        if let Some((_, flight)) = self.inflight.remove_if(&key, |_, f| f.leader == id) {
+            self.promote(key, flight.waiters);
+        }
+    }
+
+    /// The leader's bytes do not hash to the key it claimed: it keeps its own
+    /// compile but leads nobody, and its waiters stop waiting for it at once.
+    fn depose(&self, key: CacheKey, id: TaskId) {
+        if let Some((_, flight)) = self.inflight.remove_if(&key, |_, f| f.leader == id) {
+            self.poison_rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(key = ?key, "a task's source does not hash to its claimed key: it compiles alone, its waiters go on without it");
+            self.promote(key, flight.waiters);
+        }
+    }
+
+    /// Checks a new leader's bytes off the async threads; a liar is deposed.
+    fn watch_leader(self: &Arc<Self>, runtime: &tokio::runtime::Handle, key: CacheKey, task: Arc<Task<NetJob>>) {
+        let shared = self.clone();
+        runtime.spawn(async move {
+            let id = task.id();
+            let honest = tokio::task::spawn_blocking(move || verified(task.body())).await.unwrap_or(false);
+            if !honest {
+                shared.depose(key, id);
+            }
+        });
     }
 
     /// The leader of `key` ended without a compile: the next live waiter
     /// leads, the rest keep waiting.
     fn promote(&self, key: CacheKey, mut waiters: Vec<Interception<NetJob>>) {
-        waiters.retain(Interception::is_live);
-        if waiters.is_empty() {
-            return;
-        }
-        let next = waiters.remove(0);
-        let Some(id) = next.task().map(Task::id) else { return };
-        match self.inflight.entry(key) {
-            dashmap::Entry::Occupied(mut e) => {
-                // Someone else started the key meanwhile: everyone waits for it.
-                e.get_mut().waiters.push(next);
-                e.get_mut().waiters.extend(waiters);
+        loop {
+            waiters.retain(Interception::is_live);
+            if waiters.is_empty() {
                 return;
             }
-            dashmap::Entry::Vacant(v) => {
-                v.insert(Flight { leader: id, waiters });
+            let next = waiters.remove(0);
+            let Some(id) = next.task().map(Task::id) else { continue };
+            match self.inflight.entry(key) {
+                dashmap::Entry::Occupied(mut e) => {
+                    // Someone else started the key meanwhile: everyone waits for it.
+                    e.get_mut().waiters.push(next);
+                    e.get_mut().waiters.extend(waiters);
+                    return;
+                }
+                dashmap::Entry::Vacant(v) => {
+                    v.insert(Flight { leader: id, waiters: std::mem::take(&mut waiters) });
+                }
+            }
+            if next.is_live() {
+                next.proceed();
+                return;
+            }
+            // It ended before the record existed (see `leader_gone`): hand
+            // its waiters on, unless its own `on_end` already did.
+            match self.inflight.remove_if(&key, |_, f| f.leader == id) {
+                Some((_, flight)) => waiters = flight.waiters,
+                None => return,
             }
         }
-        next.proceed();
     }
 }
 
@@ -192,6 +247,7 @@ impl Hook<NetJob> for CacheHook {
                     return HookAction::ProcessRequestNormally;
                 };
                 let shared = self.shared.clone();
+                let runtime = self.runtime.clone();
                 self.runtime.spawn(async move {
                     match shared.storage.get(&key).await {
                         Some(result) => {
@@ -199,6 +255,9 @@ impl Hook<NetJob> for CacheHook {
                         }
                         None => {
                             if let Some(lead) = shared.join_or_lead(key, held) {
+                                if let Some(task) = lead.task_handle() {
+                                    shared.watch_leader(&runtime, key, task);
+                                }
                                 lead.proceed();
                             }
                         }
@@ -219,6 +278,11 @@ impl Hook<NetJob> for CacheHook {
                     },
                     dashmap::Entry::Vacant(v) => {
                         v.insert(Flight { leader: id, waiters: Vec::new() });
+                        if task.task().state().phase == Phase::Ended {
+                            self.shared.leader_gone(key, id);
+                        } else {
+                            self.shared.watch_leader(&self.runtime, key, task.task.clone());
+                        }
                         HookAction::ProcessRequestNormally
                     }
                 }
@@ -242,11 +306,11 @@ impl Hook<NetJob> for CacheHook {
         // The leader's own bytes decide whether its result may be stored or
         // shared; each waiter's bytes decide whether it may take it.
         // Owned, for the check off the async threads.
-        let leader = (body.header.clone(), body.payload.clone());
+        let leader = (body.header.clone(), body.payload.clone(), body.verified.get().copied());
         let this = self.shared.clone();
         self.runtime.spawn(async move {
             let (leader_ok, waiters) = tokio::task::spawn_blocking(move || {
-                let leader_ok = key_matches(&leader.0, &leader.1);
+                let leader_ok = leader.2.unwrap_or_else(|| key_matches(&leader.0, &leader.1));
                 let checked: Vec<(Interception<NetJob>, bool)> = flight
                     .waiters
                     .into_iter()
@@ -284,5 +348,120 @@ impl Hook<NetJob> for CacheHook {
                 w.proceed();
             }
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::cache::StorageConfig;
+    use crate::scheduler::tests::{peer, tc};
+    use crate::scheduler::{Config, ConsumerdSession, Dispatch, Reply, Scheduler};
+    use ccroute_wire::{codec, TaskHeader, TaskSpec};
+
+    /// An honest task (or, with `lie`, one whose bytes are not what its key
+    /// says) for the toolchain `tc("gcc")`.
+    fn body(task_id: u64, source: &[u8], lie: bool) -> TaskBody {
+        let spec = codec::encode_spec(&TaskSpec {
+            args: vec!["-O2".into()],
+            input_path: "a.c".into(),
+            cwd: None,
+            env: vec![],
+        });
+        let key = cache_key(tc("gcc").key(), &spec, source);
+        let sent: &[u8] = if lie { b"int something_else;" } else { source };
+        let (packed, info) = payload::compress(sent);
+        let header = TaskHeader { task_id, toolchain: tc("gcc").key(), cache_key: Some(key), spec, payload: info };
+        TaskBody::new(header, packed.into(), None, Lookup::Unchecked)
+    }
+
+    async fn cluster() -> (Scheduler<NetJob>, CacheHook) {
+        let storage = Storage::open(StorageConfig::default()).await.unwrap();
+        let hook = CacheHook::new(Arc::new(storage));
+        let s = Scheduler::with_hooks(Config::default(), vec![Arc::new(hook.clone())]);
+        (s, hook)
+    }
+
+    /// Lets every spawned lookup and check run (the runtime is single-threaded).
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    fn assigned(agent: &mut crate::scheduler::AgentSession<NetJob>) -> Vec<u64> {
+        std::iter::from_fn(|| agent.poll())
+            .filter_map(|d| match d {
+                Dispatch::Assign(t) => Some(t.body().header.task_id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn answered(cd: &mut ConsumerdSession<NetJob>) -> Vec<(u64, bool)> {
+        std::iter::from_fn(|| cd.poll_answer()).map(|a| (a.client_id, matches!(a.reply, Reply::Done(_)))).collect()
+    }
+
+    /// The order: the lookup is in flight, the consumerd cancels, the
+    /// task's end runs before the lookup comes back. The lookup must not then
+    /// record the dead task as the compile of its key, or every later task
+    /// with that key waits for it forever.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_task_cancelled_during_its_lookup_leads_nothing() {
+        let (s, hook) = cluster().await;
+        let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+        let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let source = b"int x;\n";
+        cd.submit(1, tc("gcc").key(), body(1, source, false)).unwrap();
+        // The lookup is spawned but has not run: cancel now.
+        assert!(cd.cancel(1));
+        settle().await;
+        assert_eq!(hook.shared.inflight.len(), 0, "a cancelled task was recorded as compiling its key");
+        let mut other = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        other.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
+        settle().await;
+        assert_eq!(assigned(&mut agent), vec![2], "a later task with the same key must reach an agent");
+    }
+
+    /// The same race one step later: the dead leader is found when a waiter
+    /// would be promoted. Every live waiter still gets to compile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_leader_cancelled_while_others_wait_hands_its_key_on() {
+        let (s, _hook) = cluster().await;
+        let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+        let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let source = b"int y;\n";
+        cd.submit(1, tc("gcc").key(), body(1, source, false)).unwrap();
+        settle().await;
+        assert_eq!(assigned(&mut agent), vec![1]);
+        let mut other = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        other.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
+        settle().await;
+        assert!(assigned(&mut agent).is_empty(), "an identical task waits for the one in flight");
+        assert!(cd.cancel(1));
+        settle().await;
+        assert_eq!(assigned(&mut agent), vec![2], "the waiter compiles once its leader is gone");
+        assert!(answered(&mut other).is_empty());
+    }
+
+    /// A leader whose bytes do not hash to its key is found out while it
+    /// compiles: an honest waiter goes on at once instead of waiting out the
+    /// liar's compile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_waiter_does_not_wait_for_a_lying_leader() {
+        let (s, hook) = cluster().await;
+        let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
+        let mut liar = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let source = b"int z;\n";
+        liar.submit(1, tc("gcc").key(), body(1, source, true)).unwrap();
+        settle().await;
+        assert_eq!(assigned(&mut agent), vec![1]);
+        let mut honest = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        honest.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
+        settle().await;
+        assert_eq!(assigned(&mut agent), vec![2], "the honest task must not wait for the liar's compile");
+        assert!(hook.status().poison_rejected >= 1);
     }
 }
