@@ -35,7 +35,7 @@ use std::path::{Component, Path, PathBuf};
 use ccroute_wire::TaskSpec;
 
 use super::prefix_map::{map_args, UserMaps};
-use super::preprocessed::{escape_marker_name, shadow_files, Linemarker};
+use super::preprocessed::{escape_marker_name, is_directive, shadow_files, Linemarker};
 
 /// Extra nesting of the scratch cwd, so that headers named `../../x.h`
 /// relative to it still land inside the scratch directory.
@@ -130,7 +130,7 @@ pub fn agent_command(spec: &TaskSpec, compiler: &Path, scratch: &Path) -> Result
 }
 
 /// Whether the last level-setting `-g` flag asks for macro information (level 3).
-fn macro_debug(args: &[String]) -> bool {
+pub(crate) fn macro_debug(args: &[String]) -> bool {
     let level = args.iter().rev().find(|a| {
         a.starts_with("-g") && a[2..].chars().last().is_some_and(|c| c.is_ascii_digit()) && !a.starts_with("-gdwarf")
     });
@@ -216,7 +216,7 @@ impl AgentCommand {
         let mut out = Vec::with_capacity(text.len() + 4096);
         for with_nl in text.split_inclusive(|b| *b == b'\n') {
             let line = with_nl.strip_suffix(b"\n").unwrap_or(with_nl);
-            if line.first() == Some(&b'#') {
+            if is_directive(line) {
                 if let Some(m) = Linemarker::parse(line) {
                     if m.file.first() == Some(&b'/') {
                         let mut name = self.root.as_bytes().to_vec();

@@ -48,6 +48,11 @@ pub(crate) struct Scan {
     /// `-D`/`-U` found inside `-Wp,`: the driver passes them after every
     /// plain `-D`/`-U`, so they go at the end of `remote`.
     pub remote_wp_macros: Vec<String>,
+    /// Link-time optimization is on (the last of `-flto*` / `-fno-lto`).
+    pub lto: bool,
+    /// A pedantic flag is named (`-pedantic*`, `-Wpedantic`, `-Werror=pedantic`,
+    /// `-Wno-pedantic`).
+    pub pedantic: bool,
 }
 
 /// Options whose value may be the next argument or joined (`-Ifoo`), that
@@ -321,6 +326,11 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
             if arg.starts_with("-fuse-ld=") {
                 continue;
             }
+            if arg == "-flto" || arg.starts_with("-flto=") {
+                s.lto = true;
+            } else if arg == "-fno-lto" {
+                s.lto = false;
+            }
             s.remote.push(arg.to_owned());
         } else if arg.starts_with("-m") {
             if arg.ends_with("=native") {
@@ -335,6 +345,11 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
             || arg.starts_with("-pedantic")
             || matches!(arg, "-w" | "-ansi" | "-pthread" | "-undef" | "-trigraphs")
         {
+            // Any mention counts, `-Wno-pedantic` too: how a later flag
+            // undoes an earlier one differs between gcc's warning kinds.
+            if arg.starts_with("-pedantic") || arg.ends_with("pedantic") {
+                s.pedantic = true;
+            }
             s.remote.push(arg.to_owned());
         } else {
             return Err(LocalReason::Unrecognized(arg.to_owned()));

@@ -65,6 +65,17 @@ impl RemotePlan {
         postprocess(self.family, raw)
     }
 
+    /// Whether the agent's diagnostics for this text read exactly as a local
+    /// compile's. gcc prints the source line under a diagnostic by reading
+    /// the file its location names: with `-g3` the agent's main file is the
+    /// text itself (see [`super::agent`]), and a `#line` that names another
+    /// file (bison, flex) points at a file the agent does not have as the
+    /// client has it.
+    pub fn diagnostics_trusted(&self, text: &Preprocessed) -> bool {
+        let macro_debug = self.family == Family::Gnu && super::agent::macro_debug(&self.spec.args);
+        !macro_debug && !text.renamed_files
+    }
+
     /// The mode a new object file gets, as gcc creates it: `0o666 & !umask`.
     pub fn output_mode(umask: u32) -> u32 {
         0o666 & !umask
@@ -139,6 +150,18 @@ fn plan(
         return Err(LocalReason::Option {
             arg: "-Wp,-MD".to_owned(),
             why: "clang names its target after -o, which -E lacks",
+        });
+    }
+    if s.lto {
+        return Err(LocalReason::Option {
+            arg: "-flto".to_owned(),
+            why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
+        });
+    }
+    if family == Family::Gnu && s.pedantic {
+        return Err(LocalReason::Option {
+            arg: "-pedantic".to_owned(),
+            why: "gcc reports the line markers of the preprocessed text as an extension",
         });
     }
     if family == Family::Clang && s.debug {

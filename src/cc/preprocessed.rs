@@ -32,6 +32,10 @@ pub struct Preprocessed {
     /// The text uses `__TIMESTAMP__` (the source's mtime, which an agent's copy
     /// does not have).
     pub timestamp_macro: bool,
+    /// A `#line` directive renamed the current file (a marker without flags
+    /// naming a file other than the one it stands in): gcc then shows lines
+    /// of that file, as the client has it, under its diagnostics.
+    pub renamed_files: bool,
 }
 
 /// A parsed line marker: `# <line> "<file>" <flags>`.
@@ -45,12 +49,24 @@ pub struct Linemarker {
     pub name_span: std::ops::Range<usize>,
     /// Flag 1: entering a file.
     pub enter: bool,
+    /// Flag 2: returning to a file.
+    pub leave: bool,
+}
+
+/// Whether a line may be a directive: its first byte that is not a blank is
+/// `#`. gcc's `-fdirectives-only` output indents a line marker as the
+/// directive it stands for was indented (an `#ifdef` inside a function body
+/// comes back as `      # 2655 "x.c"`), so a marker need not start a line.
+pub fn is_directive(line: &[u8]) -> bool {
+    line.iter().find(|b| !matches!(b, b' ' | b'\t')) == Some(&b'#')
 }
 
 impl Linemarker {
-    /// Parses a line (without its newline); `None` if it is not a line marker.
+    /// Parses a line (without its newline); `None` if it is not a line
+    /// marker. Blanks may stand before the `#` (see [`is_directive`]).
     pub fn parse(line: &[u8]) -> Option<Linemarker> {
-        let rest = line.strip_prefix(b"# ")?;
+        let indent = line.iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
+        let rest = line[indent..].strip_prefix(b"# ")?;
         let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
         if digits == 0 || digits > 19 {
             return None;
@@ -58,7 +74,7 @@ impl Linemarker {
         let number = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
         let after = &rest[digits..];
         let after = after.strip_prefix(b" \"")?;
-        let quote = 2 + digits + 1;
+        let quote = indent + 2 + digits + 1;
         let mut file = Vec::new();
         let mut i = 0;
         loop {
@@ -89,7 +105,8 @@ impl Linemarker {
         let end = quote + 1 + i + 1;
         let flags = &line[end..];
         let enter = flags.split(|b| *b == b' ').any(|f| f == b"1");
-        Some(Linemarker { line: number, file, name_span: quote..end, enter })
+        let leave = flags.split(|b| *b == b' ').any(|f| f == b"2");
+        Some(Linemarker { line: number, file, name_span: quote..end, enter, leave })
     }
 }
 
@@ -116,10 +133,12 @@ fn is_macro_line(line: &[u8]) -> bool {
 pub fn postprocess(family: Family, raw: &[u8]) -> Preprocessed {
     let mut out = Preprocessed { text: Vec::with_capacity(raw.len()), ..Preprocessed::default() };
     let mut seen: HashSet<&[u8]> = HashSet::new();
+    // The file the text stands in, as the last marker named it.
+    let mut current: Option<Vec<u8>> = None;
     let mut lines = raw.split_inclusive(|b| *b == b'\n').enumerate().peekable();
     while let Some((index, with_nl)) = lines.next() {
         let line = with_nl.strip_suffix(b"\n").unwrap_or(with_nl);
-        if line.first() == Some(&b'#') {
+        if is_directive(line) {
             if let Some(m) = Linemarker::parse(line) {
                 let synthetic = m.file.first() == Some(&b'<');
                 if family == Family::Gnu && synthetic && m.line == 0 {
@@ -133,12 +152,18 @@ pub fn postprocess(family: Family, raw: &[u8]) -> Preprocessed {
                 if family == Family::Gnu && index < 3 && m.file.ends_with(b"//") {
                     continue;
                 }
+                let plain = !m.enter && !m.leave;
+                let from_synthetic = current.as_ref().map_or(true, |c| c.first() == Some(&b'<'));
+                if plain && !synthetic && !from_synthetic && current.as_deref() != Some(&m.file[..]) {
+                    out.renamed_files = true;
+                }
                 if !synthetic && !m.file.is_empty() {
                     let name = &line[m.name_span.start + 1..m.name_span.end - 1];
                     if seen.insert(name) {
-                        out.files.push(m.file);
+                        out.files.push(m.file.clone());
                     }
                 }
+                current = Some(m.file);
             }
         }
         out.text.extend_from_slice(with_nl);
@@ -212,7 +237,7 @@ pub fn shadow_files(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut line_no: u64 = 1;
     for with_nl in text.split_inclusive(|b| *b == b'\n') {
         let line = with_nl.strip_suffix(b"\n").unwrap_or(with_nl);
-        if line.first() == Some(&b'#') {
+        if is_directive(line) {
             if let Some(m) = Linemarker::parse(line) {
                 line_no = m.line;
                 current = if m.file.first() == Some(&b'<') || m.file.is_empty() {
@@ -295,6 +320,12 @@ mod tests {
         assert!(m.enter);
         assert_eq!(escape_marker_name(&m.file), b"\"a \\\"b\\\\c\\001\"");
         assert!(!Linemarker::parse(b"# 3 \"x\" 2").unwrap().enter);
+        // Indented, as -fdirectives-only writes one after an indented #ifdef.
+        let line = b"  \t # 2655 \"/p/llhttp.c\"";
+        let m = Linemarker::parse(line).unwrap();
+        assert_eq!((m.line, &m.file[..]), (2655, &b"/p/llhttp.c"[..]));
+        assert_eq!(&line[m.name_span.clone()], b"\"/p/llhttp.c\"");
+        assert!(is_directive(line) && !is_directive(b"x # 1 \"y\""));
         for bad in
             [&b"#define X"[..], b"# define X", b"# 1", b"# 1 \"open", b"#", b"# \"x\"", b"# 99999999999999999999 \"x\""]
         {

@@ -168,6 +168,13 @@ pub struct ConsumerdArgs {
     /// locally only past it (default: local slots first).
     #[arg(long, env = "CCROUTE_PREFER_REMOTE")]
     pub prefer_remote: bool,
+    /// The most seconds any remote compile may take before the unit
+    /// compiles here instead (each unit's deadline comes from its size).
+    #[arg(long, value_name = "SECS")]
+    pub remote_timeout: Option<f64>,
+    /// The fewest seconds a remote compile is given before it is abandoned.
+    #[arg(long, value_name = "SECS")]
+    pub remote_deadline_floor: Option<f64>,
 }
 
 /// `ccroute status`.

@@ -255,6 +255,15 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
         config.local_slots = n.max(1);
     }
     config.prefer_remote = a.prefer_remote;
+    let seconds = |v: f64, flag: &str| {
+        Duration::try_from_secs_f64(v).map_err(|_| format!("--{flag} takes a number of seconds, not {v}"))
+    };
+    if let Some(v) = a.remote_timeout {
+        config.remote_timeout = seconds(v, "remote-timeout")?;
+    }
+    if let Some(v) = a.remote_deadline_floor {
+        config.remote_deadline_floor = seconds(v, "remote-deadline-floor")?;
+    }
     if let Some(s) = a.idle_exit {
         config.idle_exit = Duration::from_secs(s);
     } else if std::env::var_os(crate::wrapper::socket::SPAWNED_ENV).is_some() {

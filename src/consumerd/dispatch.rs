@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ccroute_wire::local::{CompiledHeader, ConsumerdMsg, Job, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+use ccroute_wire::local::{CompiledHeader, ConsumerdMsg, Job, WrapperMsg, HEARTBEAT, LOCAL_PROTOCOL_VERSION};
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
@@ -61,7 +61,7 @@ enum State {
     /// while the compiler's identity is looked up.
     Preprocessing { lookup: Lookup, source: Option<(Bytes, bool)> },
     /// The remote compile runs: a remote slot is held.
-    Compiling { task: AbortHandle },
+    Compiling { task: AbortHandle, started: Instant, bytes: usize },
     /// Back in line, for a local slot this time.
     FallingBack { reason: String },
     /// `Compiled` sent: nothing is held.
@@ -85,7 +85,46 @@ pub(super) struct Dispatcher {
     work: JoinSet<Done>,
     work_owner: HashMap<tokio::task::Id, (ConnId, WorkKind)>,
     stats: Arc<Stats>,
-    remote_timeout: Duration,
+    deadlines: Deadlines,
+}
+
+/// How long a remote compile may take before it is given up and the unit
+/// compiles here: from its expected cost, learnt from this consumerd's own
+/// remote compiles (seconds per byte of text), with a floor (a slow agent or
+/// a busy link is no reason to give up) and a cap.
+#[derive(Debug, Clone)]
+pub(super) struct Deadlines {
+    floor: Duration,
+    cap: Duration,
+    /// Seconds per byte of text, a moving average of finished remote compiles.
+    rate: f64,
+}
+
+impl Deadlines {
+    /// How many times its expected cost a unit may take.
+    const SLACK: f64 = 10.0;
+    /// What a unit is expected to cost before any was measured: 1 s per MiB
+    /// of preprocessed text (a large C file here takes about 0.5 s per MiB).
+    const FIRST_RATE: f64 = 1.0 / (1u64 << 20) as f64;
+
+    pub(super) fn new(floor: Duration, cap: Duration) -> Deadlines {
+        Deadlines { floor: floor.min(cap), cap, rate: Self::FIRST_RATE }
+    }
+
+    /// The deadline for a unit of `bytes` of text.
+    pub(super) fn for_unit(&self, bytes: usize) -> Duration {
+        let expected = Duration::try_from_secs_f64(self.rate * bytes as f64 * Self::SLACK).unwrap_or(self.cap);
+        expected.clamp(self.floor, self.cap)
+    }
+
+    /// A remote compile of `bytes` took `took`.
+    pub(super) fn observe(&mut self, bytes: usize, took: Duration) {
+        if bytes == 0 {
+            return;
+        }
+        let rate = took.as_secs_f64() / bytes as f64;
+        self.rate = 0.9 * self.rate + 0.1 * rate;
+    }
 }
 
 impl Dispatcher {
@@ -99,7 +138,7 @@ impl Dispatcher {
             work: JoinSet::new(),
             work_owner: HashMap::new(),
             stats,
-            remote_timeout: config.remote_timeout,
+            deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
         }
     }
 
@@ -115,6 +154,8 @@ impl Dispatcher {
         self.slots.set_window(*window.borrow_and_update());
         let mut window_open = true;
         let mut idle_deadline = Instant::now() + idle_exit;
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
             let idle = !idle_exit.is_zero() && self.conns.is_empty();
             tokio::select! {
@@ -138,6 +179,7 @@ impl Dispatcher {
                     self.slots.set_window(w);
                 }
                 Some(done) = self.work.join_next_with_id(), if !self.work.is_empty() => self.on_done(done),
+                _ = heartbeat.tick() => self.heartbeat(),
                 () = tokio::time::sleep_until(idle_deadline), if idle => break Ended::Idle,
             }
             self.pump();
@@ -242,17 +284,35 @@ impl Dispatcher {
         };
         let Some((text, cacheable)) = source.take() else { return };
         let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, spec: conn.spec.clone(), text, cacheable };
+        let bytes = job.text.len();
         let compile = self.remote.compile(job);
-        let limit = self.remote_timeout;
+        let limit = self.deadlines.for_unit(bytes);
         let task = self.work.spawn(async move {
+            // Past the deadline the compile's future is dropped, which
+            // cancels the task at the scheduler (its agent's compiler is
+            // killed); the unit then compiles here, so exactly one result
+            // reaches the wrapper.
             let result = match tokio::time::timeout(limit, compile).await {
                 Ok(r) => r,
-                Err(_) => Err(format!("no remote result within {limit:?}")),
+                Err(_) => Err(format!("no remote result within its deadline of {limit:?}")),
             };
             Done::Remote(result)
         });
         self.work_owner.insert(task.id(), (id, WorkKind::Remote));
-        conn.state = State::Compiling { task };
+        conn.state = State::Compiling { task, started: Instant::now(), bytes };
+    }
+
+    /// Tells every wrapper that waits on this consumerd that it is still at work.
+    fn heartbeat(&self) {
+        for (id, conn) in &self.conns {
+            let waiting = matches!(
+                conn.state,
+                State::Queued | State::Preprocessing { .. } | State::Compiling { .. } | State::FallingBack { .. }
+            );
+            if waiting {
+                self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Waiting, vec![]));
+            }
+        }
     }
 
     fn on_done(&mut self, done: Result<(tokio::task::Id, Done), JoinError>) {
@@ -281,7 +341,8 @@ impl Dispatcher {
                 };
                 self.try_compile(id);
             }
-            (Done::Remote(Ok(compiled)), State::Compiling { .. }) => {
+            (Done::Remote(Ok(compiled)), State::Compiling { started, bytes, .. }) => {
+                self.deadlines.observe(*bytes, started.elapsed());
                 conn.state = State::Answered;
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
@@ -317,7 +378,7 @@ impl Dispatcher {
     /// The connection is gone: release its slot and cancel its work.
     fn forget(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.remove(&id) {
-            if let State::Compiling { task } = conn.state {
+            if let State::Compiling { task, .. } = conn.state {
                 task.abort();
             }
             debug!(conn = %id, pid = conn.pid, "connection closed");

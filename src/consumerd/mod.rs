@@ -117,15 +117,19 @@ pub struct Config {
     /// Wrapper connections open at once; past it a connection is closed at
     /// once and its wrapper compiles locally.
     pub max_connections: usize,
-    /// A remote compile that takes longer falls back to a local one.
+    /// The longest any remote compile may take before it is given up and the
+    /// unit compiles here; each unit's own deadline comes from its expected
+    /// cost, between `remote_deadline_floor` and this.
     pub remote_timeout: Duration,
+    /// The shortest deadline a remote compile gets.
+    pub remote_deadline_floor: Duration,
     /// Grant remote slots before local ones.
     pub prefer_remote: bool,
 }
 
 impl Config {
     /// Defaults: a local slot per available CPU, no idle exit, 4096
-    /// connections, a 10-minute remote timeout.
+    /// connections, remote deadlines between 30 s and 10 minutes.
     pub fn new(socket: SocketPath) -> Config {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Config {
@@ -134,6 +138,7 @@ impl Config {
             idle_exit: Duration::ZERO,
             max_connections: 4096,
             remote_timeout: Duration::from_secs(600),
+            remote_deadline_floor: Duration::from_secs(30),
             prefer_remote: false,
         }
     }

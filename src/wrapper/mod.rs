@@ -102,15 +102,38 @@ pub fn run(config: &Config, args: &[OsString]) -> i32 {
             return NOT_FOUND;
         }
     };
+    let argv0 = argv0_for(config, name, &compiler);
     let Ok(cwd) = std::env::current_dir() else {
-        return exec_compiler(&compiler, args);
+        return exec_compiler(&compiler, &argv0, args);
     };
     match classify(Family::of_compiler(&compiler), args, &cwd, |k| std::env::var_os(k)) {
         Classification::Local(reason) => {
             config.note(format_args!("local ({reason})"));
-            exec_compiler(&compiler, args)
+            exec_compiler(&compiler, &argv0, args)
         }
-        Classification::Remote(plan) => Wrapper { config, compiler: &compiler, args, plan: &plan, cwd: &cwd }.go(),
+        Classification::Remote(plan) => {
+            Wrapper { config, compiler: &compiler, argv0: &argv0, args, plan: &plan, cwd: &cwd }.go()
+        }
+    }
+}
+
+/// The argv\[0\] a local compile runs with: the name as the build gave it
+/// when the compiler would have found itself by that name (gcc prints it as
+/// `COLLECT_GCC` and finds its parts from it), else the resolved path (a
+/// masquerade name would lead the compiler back to ccroute).
+fn argv0_for(config: &Config, name: &OsStr, compiler: &Path) -> OsString {
+    let same = if name.as_encoded_bytes().contains(&b'/') {
+        Path::new(name) == compiler
+    } else {
+        let first = std::env::split_paths(config.path_var.as_deref().unwrap_or_default())
+            .map(|dir| dir.join(name))
+            .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file()));
+        first.as_deref() == Some(compiler)
+    };
+    if same {
+        name.to_owned()
+    } else {
+        compiler.as_os_str().to_owned()
     }
 }
 
@@ -138,6 +161,7 @@ impl Config {
 struct Wrapper<'a> {
     config: &'a Config,
     compiler: &'a Path,
+    argv0: &'a OsStr,
     args: &'a [OsString],
     plan: &'a RemotePlan,
     cwd: &'a Path,
@@ -157,7 +181,7 @@ impl Wrapper<'_> {
             Outcome::Done(code) => code,
             Outcome::Local(slot, why) => {
                 self.config.note(format_args!("local ({why})"));
-                let code = run_compiler(self.compiler, self.args);
+                let code = run_compiler(self.compiler, self.argv0, self.args);
                 drop(slot);
                 code
             }
@@ -179,22 +203,22 @@ impl Wrapper<'_> {
         if let Err(e) = session.send(&WrapperMsg::Job(job), b"") {
             return Outcome::Local(None, e.to_string());
         }
-        // What the preprocessor printed, shown only with a remote result.
-        let mut pre_stderr = None;
+        // Set once the text is sent: whether the agent's diagnostics may be shown.
+        let mut sent: Option<bool> = None;
         loop {
             let frame = match session.recv() {
                 Ok(f) => f,
                 Err(e) => return Outcome::Local(None, e.to_string()),
             };
-            match (frame.message, pre_stderr.is_some()) {
+            match (frame.message, sent) {
                 (ConsumerdMsg::RunLocally { reason }, _) => return Outcome::Local(Some(session), reason),
-                (ConsumerdMsg::Preprocess, false) => match preprocess(self.compiler, self.plan, self.cwd) {
+                (ConsumerdMsg::Preprocess, None) => match preprocess(self.compiler, self.plan, self.cwd) {
                     Ok(ready) => {
                         let header = SourceHeader { cacheable: ready.cacheable, len: ready.text.len() as u64 };
                         if let Err(e) = session.send(&WrapperMsg::Source(header), &ready.text) {
                             return Outcome::Local(None, e.to_string());
                         }
-                        pre_stderr = Some(ready.stderr);
+                        sent = Some(ready.trusted_diagnostics);
                     }
                     Err(reason) => {
                         // Wait for a local slot, as any other local compile does.
@@ -203,7 +227,7 @@ impl Wrapper<'_> {
                         }
                     }
                 },
-                (ConsumerdMsg::Compiled(header), true) => {
+                (ConsumerdMsg::Compiled(header), Some(trusted)) => {
                     let Some(parts) = header.split(frame.payload) else {
                         return Outcome::Local(None, "compiled payload does not match its header".to_owned());
                     };
@@ -211,13 +235,16 @@ impl Wrapper<'_> {
                     if !(0..=255).contains(&header.exit_status) || (ok && parts.object.is_empty()) {
                         return Outcome::Local(None, format!("remote exit status {}", header.exit_status));
                     }
+                    if !trusted && !(parts.stderr.is_empty() && parts.stdout.is_empty()) {
+                        return Outcome::Local(None, "the agent's diagnostics would not read as here".to_owned());
+                    }
                     if ok {
                         if let Err(e) = write_object(&self.plan.output, &parts.object) {
                             // The local compile reports the problem in the compiler's own words.
                             return Outcome::Local(None, format!("cannot write {}: {e}", self.plan.output.display()));
                         }
                     }
-                    print(&parts.stdout, pre_stderr.as_deref().unwrap_or_default(), &parts.stderr);
+                    print(&parts.stdout, &parts.stderr);
                     return Outcome::Done(header.exit_status);
                 }
                 (other, _) => return Outcome::Local(None, format!("unexpected {other:?} from the consumerd")),
@@ -226,12 +253,12 @@ impl Wrapper<'_> {
     }
 }
 
-fn print(stdout: &[u8], pre_stderr: &[u8], stderr: &[u8]) {
+fn print(stdout: &[u8], stderr: &[u8]) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(stdout).and_then(|()| out.flush());
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(pre_stderr).and_then(|()| err.write_all(stderr)).and_then(|()| err.flush());
+    let _ = err.write_all(stderr).and_then(|()| err.flush());
 }
 
 #[cfg(test)]

@@ -21,16 +21,16 @@ pub const NOT_FOUND: i32 = 127;
 
 /// Replaces this process with the compiler; returns only if that failed,
 /// with the exit code to use.
-pub fn exec_compiler(compiler: &Path, args: &[OsString]) -> i32 {
-    let err = Command::new(compiler).args(args).exec();
+pub fn exec_compiler(compiler: &Path, argv0: &OsStr, args: &[OsString]) -> i32 {
+    let err = Command::new(compiler).arg0(argv0).args(args).exec();
     eprintln!("ccroute: cannot run {}: {err}", compiler.display());
     NOT_FOUND
 }
 
 /// Runs the compiler as a child with this process's stdio and returns its
 /// exit code (a child killed by a signal kills this process the same way).
-pub fn run_compiler(compiler: &Path, args: &[OsString]) -> i32 {
-    match Command::new(compiler).args(args).status() {
+pub fn run_compiler(compiler: &Path, argv0: &OsStr, args: &[OsString]) -> i32 {
+    match Command::new(compiler).arg0(argv0).args(args).status() {
         Ok(status) => exit_code(status),
         Err(err) => {
             eprintln!("ccroute: cannot run {}: {err}", compiler.display());
@@ -66,9 +66,10 @@ pub struct Ready {
     pub text: Vec<u8>,
     /// No `__DATE__`/`__TIME__`: its result may be cached.
     pub cacheable: bool,
-    /// What the preprocessor printed (`#warning`s): shown if the compile
-    /// goes remote, since the agent's compile does not repeat them.
-    pub stderr: Vec<u8>,
+    /// Whether the agent's diagnostics read as gcc's would here. When not
+    /// (`-g3` with gcc, a `#line` naming another file), a remote result that
+    /// printed anything is not used: the compile runs here instead.
+    pub trusted_diagnostics: bool,
 }
 
 /// Runs the preprocess step of `plan` (which also writes any dependency
@@ -81,6 +82,12 @@ pub fn preprocess(compiler: &Path, plan: &RemotePlan, cwd: &Path) -> Result<Read
         .map_err(|e| format!("cannot run {}: {e}", compiler.display()))?;
     if !out.status.success() {
         return Err(format!("the preprocessor failed ({})", out.status));
+    }
+    // The local compile prints these once, in their place among the
+    // compiler's own; the agent could only add them before or after its own,
+    // and repeats some (a macro defined twice on the command line).
+    if !out.stderr.is_empty() {
+        return Err("the preprocessor printed diagnostics".to_owned());
     }
     let pp = plan.postprocess(&out.stdout);
     if pp.timestamp_macro {
@@ -97,7 +104,8 @@ pub fn preprocess(compiler: &Path, plan: &RemotePlan, cwd: &Path) -> Result<Read
             }
         }
     }
-    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, stderr: out.stderr })
+    let trusted_diagnostics = plan.diagnostics_trusted(&pp);
+    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, trusted_diagnostics })
 }
 
 /// Writes `object` to `path` the way a compiler would leave it — mode
@@ -157,7 +165,7 @@ mod tests {
 
     #[test]
     fn exit_codes_pass_through() {
-        assert_eq!(run_compiler(Path::new("/bin/sh"), &["-c".into(), "exit 3".into()]), 3);
-        assert_eq!(run_compiler(Path::new("/nonexistent/cc"), &[]), NOT_FOUND);
+        assert_eq!(run_compiler(Path::new("/bin/sh"), OsStr::new("sh"), &["-c".into(), "exit 3".into()]), 3);
+        assert_eq!(run_compiler(Path::new("/nonexistent/cc"), OsStr::new("cc"), &[]), NOT_FOUND);
     }
 }

@@ -7,7 +7,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
 use bytes::BytesMut;
-use ccroute_wire::local::{encode_local_header, ConsumerdMsg, LocalDecoder, LocalFrame, WrapperMsg, CONSUMERD_LIMITS};
+use ccroute_wire::local::{
+    encode_local_header, ConsumerdMsg, LocalDecoder, LocalFrame, WrapperMsg, CONSUMERD_LIMITS, SILENCE_LIMIT,
+};
 use ccroute_wire::DecodeError;
 
 /// Bytes asked of the socket per read.
@@ -25,6 +27,10 @@ pub enum SessionError {
     /// The consumerd sent bytes that are not a message.
     #[error("bad frame from the consumerd: {0}")]
     Decode(#[from] DecodeError),
+    /// Nothing came, not even a heartbeat, for this long: the consumerd is
+    /// stopped or wedged.
+    #[error("the consumerd sent nothing for {0:?}")]
+    Silent(std::time::Duration),
 }
 
 /// One connection to the consumerd.
@@ -35,46 +41,70 @@ pub struct Session {
     /// Where reads land before they join `buf` (allocated once, not per read).
     chunk: Vec<u8>,
     decoder: LocalDecoder<ConsumerdMsg>,
+    silence: std::time::Duration,
 }
 
 impl Session {
-    /// Wraps a connected stream.
+    /// Wraps a connected stream; a consumerd silent for [`SILENCE_LIMIT`] is given up.
     pub fn new(stream: UnixStream) -> Session {
+        Session::with_silence_limit(stream, SILENCE_LIMIT)
+    }
+
+    /// Wraps a connected stream; a read or write that waits `silence` fails.
+    pub fn with_silence_limit(stream: UnixStream, silence: std::time::Duration) -> Session {
+        // Without timeouts a stopped consumerd would hold the build forever;
+        // setting them only fails for a zero duration, which this is not.
+        let _ = stream.set_read_timeout(Some(silence));
+        let _ = stream.set_write_timeout(Some(silence));
         Session {
             stream,
             buf: BytesMut::new(),
             chunk: vec![0; READ_CHUNK],
             decoder: LocalDecoder::new(CONSUMERD_LIMITS),
+            silence,
         }
     }
 
     /// Sends one message and its payload.
     ///
     /// # Errors
-    /// [`SessionError::Io`] when the socket fails.
+    /// [`SessionError::Io`] when the socket fails, [`SessionError::Silent`]
+    /// when the consumerd takes nothing for the silence limit.
     pub fn send(&mut self, msg: &WrapperMsg, payload: &[u8]) -> Result<(), SessionError> {
         let mut header = BytesMut::with_capacity(256);
         encode_local_header(msg, &mut header);
-        self.stream.write_all(&header)?;
+        self.stream.write_all(&header).map_err(|e| self.io_error(e))?;
         if !payload.is_empty() {
-            self.stream.write_all(payload)?;
+            self.stream.write_all(payload).map_err(|e| self.io_error(e))?;
         }
         Ok(())
     }
 
-    /// Waits for the next message.
+    fn io_error(&self, e: io::Error) -> SessionError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => SessionError::Silent(self.silence),
+            _ => SessionError::Io(e),
+        }
+    }
+
+    /// Waits for the next message; heartbeats ([`ConsumerdMsg::Waiting`])
+    /// only keep the wait alive.
     ///
     /// # Errors
     /// Any [`SessionError`].
     pub fn recv(&mut self) -> Result<LocalFrame<ConsumerdMsg>, SessionError> {
         loop {
             if let Some(frame) = self.decoder.decode(&mut self.buf)? {
+                if frame.message == ConsumerdMsg::Waiting {
+                    continue;
+                }
                 return Ok(frame);
             }
             let n = loop {
                 match self.stream.read(&mut self.chunk) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    r => break r?,
+                    Err(e) => return Err(self.io_error(e)),
+                    Ok(n) => break n,
                 }
             };
             if n == 0 {
@@ -111,6 +141,29 @@ mod tests {
         assert_eq!(s.recv().unwrap().message, ConsumerdMsg::Preprocess);
         writer.join().unwrap();
         assert!(matches!(s.recv(), Err(SessionError::Closed)));
+    }
+
+    #[test]
+    fn heartbeats_keep_a_wait_alive_and_silence_ends_it() {
+        let limit = std::time::Duration::from_millis(300);
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || {
+            for _ in 0..4 {
+                let mut out = BytesMut::new();
+                encode_local(&ConsumerdMsg::Waiting, b"", &mut out);
+                b.write_all(&out).unwrap();
+                std::thread::sleep(limit / 3);
+            }
+            let mut out = BytesMut::new();
+            encode_local(&ConsumerdMsg::Preprocess, b"", &mut out);
+            b.write_all(&out).unwrap();
+            b // kept open, silent
+        });
+        let mut s = Session::with_silence_limit(a, limit);
+        // Four heartbeats span longer than the limit: the wait survives them.
+        assert_eq!(s.recv().unwrap().message, ConsumerdMsg::Preprocess);
+        let _open = writer.join().unwrap();
+        assert!(matches!(s.recv(), Err(SessionError::Silent(l)) if l == limit));
     }
 
     #[test]

@@ -140,8 +140,14 @@ impl Cluster {
     /// Starts the consumerd with `local_jobs` local slots, talking to the
     /// scheduler if one runs.
     pub fn start_consumerd(&mut self, local_jobs: u32, prefer_remote: bool) {
+        self.start_consumerd_with(local_jobs, prefer_remote, &[]);
+    }
+
+    /// [`Cluster::start_consumerd`] with `extra` flags.
+    pub fn start_consumerd_with(&mut self, local_jobs: u32, prefer_remote: bool, extra: &[&str]) {
         let jobs = local_jobs.to_string();
         let mut args = vec!["consumerd", "--local-jobs", jobs.as_str(), "--idle-exit", "0"];
+        args.extend_from_slice(extra);
         if prefer_remote {
             args.push("--prefer-remote");
         }

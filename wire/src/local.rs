@@ -35,7 +35,15 @@ use crate::message::TaskSpec;
 
 /// Version of this protocol, carried by every [`Job`]: a wrapper and a
 /// consumerd from different builds notice it instead of misreading each other.
-pub const LOCAL_PROTOCOL_VERSION: u32 = 1;
+pub const LOCAL_PROTOCOL_VERSION: u32 = 2;
+
+/// How often a consumerd tells a waiting wrapper it is still at work
+/// ([`ConsumerdMsg::Waiting`]).
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a wrapper waits for any message before it gives up on its
+/// consumerd and compiles locally: several heartbeats.
+pub const SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a consumerd accepts from a wrapper: small headers, preprocessed text
 /// up to 256 MiB.
@@ -97,6 +105,10 @@ pub enum ConsumerdMsg {
     Preprocess,
     /// The remote compile's outcome; stdout, stderr and object follow.
     Compiled(CompiledHeader),
+    /// Still at work on this compile (waiting for a slot, or for the remote
+    /// result): sent every [`HEARTBEAT`] while the wrapper waits, so that a
+    /// wrapper can tell a stopped consumerd from a slow compile.
+    Waiting,
 }
 
 /// The header of a remote compile's outcome. The payload is stdout, then
@@ -181,7 +193,7 @@ impl LocalMessage for ConsumerdMsg {
     fn payload_len(&self) -> u64 {
         match self {
             ConsumerdMsg::Compiled(c) => c.payload_len(),
-            ConsumerdMsg::RunLocally { .. } | ConsumerdMsg::Preprocess => 0,
+            ConsumerdMsg::RunLocally { .. } | ConsumerdMsg::Preprocess | ConsumerdMsg::Waiting => 0,
         }
     }
 }
