@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use ccroute::scheduler::{AgentSession, AnswerKind, Config, Dispatch, Job, PeerInfo, Scheduler};
+use ccroute_core::{AgentSession, AnswerKind, Config, Dispatch, Job, PeerInfo, Scheduler};
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 use criterion::{BenchmarkId, Criterion, Throughput};
 

@@ -14,9 +14,9 @@ use crate::agent::daemon::AgentConfig;
 use crate::consumerd::link::{Link, LinkConfig};
 use crate::consumerd::{Config as ConsumerdConfig, Consumerd, Remote, Stats};
 use crate::net::{tls, CertRole, Identity, TransportOptions};
-use crate::scheduler::server::{NetJob, Server, ServerConfig};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{NetJob, Server, ServerConfig};
 use crate::wrapper::socket::SocketPath;
+use ccroute_core::Scheduler;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -1,7 +1,9 @@
 //! ccroute: distributed C/C++ compiles for bare-metal build farms.
 //!
-//! - [`scheduler`]: the lock-free core — routes, tokens, the task lifecycle,
-//!   hooks, the optimizer — and (feature `daemon`) the scheduler daemon.
+//! - `scheduler` (feature `daemon`): the scheduler daemon around the
+//!   lock-free core of the crate `ccroute-core` (routes, tokens, the task
+//!   lifecycle, hooks, the optimizer's law): its QUIC server, the result
+//!   cache hook, the payload budget, the optimizer's thread.
 //! - [`cc`]: compiler argument rules: what can go remote, how to preprocess it,
 //!   what an agent may run.
 //! - [`wrapper`]: the short process make and ninja run for every compile.
@@ -12,7 +14,6 @@
 //! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - `cli`, `cluster` (feature `daemon`): the command line, and a whole
 //!   cluster in one process for the demo and benches.
-//! - [`sync`]: std or loom primitives, by `cfg(ccroute_loom)`.
 
 pub mod agent;
 pub mod cache;
@@ -25,6 +26,6 @@ pub mod cluster;
 pub mod consumerd;
 #[cfg(feature = "daemon")]
 pub mod net;
+#[cfg(feature = "daemon")]
 pub mod scheduler;
-pub mod sync;
 pub mod wrapper;

@@ -51,7 +51,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ccroute::agent::cgroup::{CgroupError, CpuLimitedCgroup};
-use ccroute::scheduler::optimizer::Params;
+use ccroute_core::optimizer::Params;
 use common::project::{self, Shape};
 use common::{ccroute, Cluster, Daemon};
 

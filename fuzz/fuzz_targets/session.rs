@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use ccroute::scheduler::{AgentSession, AnswerKind, Config, ConsumerdSession, Dispatch, Job, PeerInfo, Scheduler, TaskId};
+use ccroute_core::{AgentSession, AnswerKind, Config, ConsumerdSession, Dispatch, Job, PeerInfo, Scheduler, TaskId};
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 use libfuzzer_sys::fuzz_target;
 

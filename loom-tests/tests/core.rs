@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering as StdOrdering;
 
-use ccroute::scheduler::{
+use ccroute_core::{
     AnswerKind, Config, Dispatch, EndView, Hook, HookAction, Job, PeerInfo, Scheduler, Task, TaskRef, TokenPool,
 };
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
@@ -319,7 +319,7 @@ fn the_last_agent_leaving_strands_no_task() {
         let mut cd = c.join().unwrap();
         let mut answered = 0;
         while let Some(a) = cd.poll_answer() {
-            assert!(matches!(a.reply, ccroute::scheduler::Reply::RunLocally(_)));
+            assert!(matches!(a.reply, ccroute_core::Reply::RunLocally(_)));
             answered += 1;
         }
         assert_eq!(answered, 2, "a task was stranded on a route with no agent");
@@ -331,7 +331,7 @@ fn the_last_agent_leaving_strands_no_task() {
 /// thread) while the consumerd cancels it: one end, no answer after cancel.
 #[test]
 fn an_interception_racing_a_cancel_ends_the_task_once() {
-    struct Holder(std::sync::Mutex<Vec<ccroute::scheduler::Interception<J>>>, AtomicUsize);
+    struct Holder(std::sync::Mutex<Vec<ccroute_core::Interception<J>>>, AtomicUsize);
     impl Hook<J> for Holder {
         fn pre_receive(&self, t: &TaskRef<'_, J>) -> HookAction {
             if let Some(i) = t.intercept() {

@@ -194,7 +194,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         &a.listen.clone().or(file.listen.clone()).unwrap_or_else(|| format!("0.0.0.0:{}", args::DEFAULT_PORT)),
     )?;
     let identity = load_identity(&args::tls_dir(&a.tls, &file), CertRole::Scheduler)?;
-    let mut config = crate::scheduler::server::ServerConfig::new(listen, identity);
+    let mut config = crate::scheduler::ServerConfig::new(listen, identity);
     config.payload_budget = a.payload_budget;
     config.transport = TransportOptions {
         idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
@@ -218,7 +218,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         }
         config.cache = Some(storage);
     }
-    let server = crate::scheduler::server::Server::bind(config).await?;
+    let server = crate::scheduler::Server::bind(config).await?;
     // Scripts and tests read the bound address (port 0 resolved) from here.
     println!("ccroute scheduler listening on {}", server.local_addr()?);
     server.serve(flipped(signals())).await;

@@ -1,407 +1,323 @@
-//! The scheduler core: routes, tokens, the task lifecycle, hooks, and the
-//! optimizer's control law. No I/O and no async runtime: the network layer
-//! drives it through sessions, and tests and benches drive it the same way.
+//! The scheduler daemon: the core behind QUIC.
 //!
-//! - [`Scheduler`]: the handle; connects agents and consumerds, answers
-//!   status questions, moves token limits, shuts down.
-//! - [`ConsumerdSession`] / [`AgentSession`]: one per connected peer, owned
-//!   by the task that serves its connection; each has an outbox that task
-//!   drains (see [`broker`]).
-//! - [`router`]: routes, lanes and placement; [`tokens`]: per-agent
-//!   semaphores; [`task`]: the state word that makes each task end once;
-//!   [`hooks`]: `pre_receive` before routing, as in kubecc.
+//! One task per connection. After the version handshake (and the role check:
+//! the role a peer claims must be the role its certificate was issued for),
+//! each connection is served by one owner task that holds the peer's
+//! session — [`consumerd::serve`], [`agent::serve`] or [`admin::serve`].
+//! Frames reach the owner through a channel from the stream readers; what
+//! the core has for the peer (answers, assignments, cancels) comes from the
+//! session's outbox, whose waker the owner registers. Nothing blocks across
+//! peers: a slow consumerd stalls only its own connection (kubecc B13).
 //!
-//! The hot path — submit, place, take and give back a token, complete,
-//! answer — takes no lock: atomics, lock-free queues and arc-swap snapshots.
-//! The sharded maps of routes, agents and consumerds are locked (one shard,
-//! briefly) only when a peer joins, leaves or changes toolchains, and when a
-//! cancel looks up its agent.
+//! Payloads are never decoded here. A task's compressed source is held (and
+//! counted against [`ServerConfig::payload_budget`]) from the moment its
+//! header says how big it is until the task ends; past the budget a task is
+//! answered "retry locally" and its payload is never read.
 //!
-//! Left out on purpose: bytes, sockets, time. A task's body and an answer are
-//! whatever the [`Job`] says; timeouts belong to the callers.
+//! Shutdown ([`Server::serve`]'s future): stop accepting, answer waiting
+//! and new tasks "run locally", let tasks on agents finish until
+//! [`ServerConfig::shutdown_grace`], then close every connection at once so
+//! that peers learn it immediately.
 
-pub mod broker;
+pub mod admin;
+pub mod agent;
 pub mod budget;
-pub mod hooks;
+pub mod cache;
+pub mod consumerd;
+mod inbound;
+pub mod job;
 pub mod optimizer;
-pub mod outbox;
-pub mod router;
-#[cfg(feature = "daemon")]
-pub mod server;
-pub mod stats;
-pub mod task;
-pub mod tokens;
 
-use ccroute_wire::{RetryReason, Toolchain, ToolchainKey, Totals};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-pub use self::broker::{AgentSession, Answer, CompleteError, ConsumerdSession, Dispatch, PeerInfo, Reply};
-pub use self::hooks::{EndView, Hook, HookAction, Interception, TaskRef};
-pub use self::stats::{AgentSnapshot, ConsumerdSnapshot, RouteSnapshot};
-pub use self::task::Task;
-pub use self::tokens::{TokenPool, MAX_TOKENS};
+use ccroute_wire::{HelloOutcome, Limits, Refusal, RefusalKind, Role, PROTOCOL_VERSION};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::Instrument;
 
-use self::broker::{AgentEntry, ConsumerdEntry};
-use self::router::Route;
-use self::stats::Retired;
-use crate::sync::{Arc, AtomicBool, AtomicU32, Ordering, ShardedMap};
+use self::budget::Budget;
+pub use self::cache::{CacheHook, Lookup};
+pub use self::job::{AgentAnswer, NetJob, TaskBody};
+use self::optimizer::{DriverConfig, OptimizerThread};
+use crate::cache::{Storage, StorageConfig};
+use crate::net::{self, CloseReason, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
+use ccroute_core::{Config, Hook, Scheduler};
 
-/// What the scheduler carries: the network layer's task bodies and answers.
-pub trait Job: Send + Sync + Sized + 'static {
-    /// What an agent needs to run a task (header and payload).
-    type Task: Send + Sync + 'static;
-    /// What an agent, or a hook, answers.
-    type Answer: Send + Sync + 'static;
-    /// How an answer counts.
-    fn classify(answer: &Self::Answer) -> AnswerKind;
+/// Everything the scheduler daemon is configured with.
+#[derive(Debug)]
+pub struct ServerConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The scheduler's certificate and the cluster CA.
+    pub identity: Identity,
+    /// QUIC settings.
+    pub transport: TransportOptions,
+    /// The core's bounds.
+    pub core: Config,
+    /// Payload bytes held in memory at most (sources and objects in flight).
+    pub payload_budget: u64,
+    /// Connections at once; past it a new one is refused as busy.
+    pub max_connections: usize,
+    /// The optimizer thread; `None` keeps every agent at its own limit.
+    pub optimizer: Option<DriverConfig>,
+    /// How long tasks on agents may finish after shutdown begins.
+    pub shutdown_grace: Duration,
+    /// The result cache; `None`: no cache.
+    pub cache: Option<StorageConfig>,
 }
 
-/// How an answer counts in the statistics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnswerKind {
-    /// The compile succeeded.
-    Success,
-    /// The compile failed, or the agent could not run it.
-    Failed,
-}
-
-/// One agent as the optimizer sees it, from [`Scheduler::agent_loads`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentLoad {
-    /// The agent.
-    pub id: AgentId,
-    /// CPU samples since the last call, oldest first.
-    pub samples: Vec<ccroute_wire::CpuSample>,
-    /// Its token limit.
-    pub limit: u32,
-    /// The most it allows.
-    pub max_limit: u32,
-    /// Tokens held now.
-    pub tokens_in_use: u32,
-    /// Whether all its tokens were taken at some point since the last call.
-    pub all_taken: bool,
-    /// Whether tasks waited on its routes since the last call.
-    pub tasks_waited: bool,
-}
-
-/// One consumerd as the optimizer sees it, from [`Scheduler::consumerd_loads`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConsumerdLoad {
-    /// The consumerd.
-    pub id: ConsumerdId,
-    /// Tasks it wants remote now.
-    pub wanted: u32,
-    /// Tasks it submitted so far.
-    pub submitted: u64,
-    /// Of those, answered by a hook (the cache) so far.
-    pub intercepted: u64,
-}
-
-/// The scheduler's id for a connected agent (never reused while it runs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AgentId(pub u32);
-
-/// The scheduler's id for a connected consumerd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConsumerdId(pub u32);
-
-/// The scheduler's id for a task: its consumerd's id and a sequence number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId(pub u64);
-
-/// The seed's errors, with their meanings.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RouteError {
-    /// No connected agent has the task's toolchain.
-    #[error("no available agents can run this task")]
-    NoAgents,
-    /// The task's stream (its consumerd's connection) is closed.
-    #[error("task stream closed")]
-    StreamClosed,
-    /// A hook rejected the task.
-    #[error("the task has been rejected by the server: {0}")]
-    Rejected(String),
-    /// The task names no toolchain.
-    #[error("invalid or missing toolchain {0}")]
-    InvalidToolchain(ToolchainKey),
-    /// A task id already in flight was submitted again.
-    #[error("task {0} is already in flight")]
-    DuplicateTask(u64),
-}
-
-/// Bounds and policies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// Placements a task gets in all; when its agent is lost after the last
-    /// one, it goes back to run locally.
-    pub max_attempts: u8,
-    /// Tasks that may wait on one route; past it a task goes back to run
-    /// locally at once.
-    pub max_queued_per_route: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config { max_attempts: 3, max_queued_per_route: 4096 }
+impl ServerConfig {
+    /// Defaults around an address and an identity: 256 MiB of payloads,
+    /// 4096 connections, the optimizer every second, 10 s of grace.
+    pub fn new(listen: SocketAddr, identity: Identity) -> Self {
+        ServerConfig {
+            listen,
+            identity,
+            transport: TransportOptions::default(),
+            core: Config::default(),
+            payload_budget: 256 << 20,
+            max_connections: 4096,
+            optimizer: Some(DriverConfig::default()),
+            shutdown_grace: Duration::from_secs(10),
+            cache: None,
+        }
     }
 }
 
-/// The shared state behind a [`Scheduler`].
-pub(crate) struct Core<J: Job> {
-    pub(crate) config: Config,
-    pub(crate) routes: ShardedMap<ToolchainKey, Arc<Route<J>>>,
-    pub(crate) agents: ShardedMap<AgentId, Arc<AgentEntry<J>>>,
-    pub(crate) consumerds: ShardedMap<ConsumerdId, Arc<ConsumerdEntry<J>>>,
-    /// Immutable after construction: plain std `Arc`s, outside what loom models.
-    pub(crate) hooks: Vec<std::sync::Arc<dyn Hook<J>>>,
-    pub(crate) retired: Retired,
-    next_peer: AtomicU32,
-    shutting_down: AtomicBool,
+/// Why the scheduler could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The endpoint could not be set up.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// The optimizer thread could not start.
+    #[error("cannot start the optimizer thread: {0}")]
+    Optimizer(std::io::Error),
+    /// The result cache could not be opened.
+    #[error("cannot open the result cache: {0}")]
+    Cache(#[from] crate::cache::StorageError),
 }
 
-impl<J: Job> Core<J> {
-    pub(crate) fn next_peer_id(&self) -> u32 {
-        // Starts at 1: 0 means "no agent" in a task's state word.
-        self.next_peer.fetch_add(1, Ordering::Relaxed)
+/// Counters of the daemon itself, beside the core's.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Tasks answered "retry locally" because the payload budget was spent.
+    pub over_budget: AtomicU64,
+}
+
+/// What every connection task shares.
+pub(crate) struct State {
+    pub(crate) scheduler: Scheduler<NetJob>,
+    pub(crate) budget: Budget,
+    pub(crate) id: u128,
+    pub(crate) started: Instant,
+    pub(crate) optimizer: Option<OptimizerThread>,
+    pub(crate) cache: Option<CacheHook>,
+    pub(crate) counters: ServerCounters,
+    /// Flips to true when shutdown begins.
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl State {
+    /// Control streams carry small frames only; payloads above
+    /// [`INLINE_PAYLOAD_MAX`] travel on their own streams.
+    pub(crate) fn control_stream() -> StreamOptions {
+        StreamOptions {
+            limits: Limits { max_header: Limits::DEFAULT.max_header, max_payload: INLINE_PAYLOAD_MAX as u64 },
+            writer_queue: 1024,
+        }
     }
-
-    pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
-    }
 }
 
-/// The scheduler: cheap to clone, shared by every connection.
-pub struct Scheduler<J: Job> {
-    core: Arc<Core<J>>,
+/// A bound scheduler, ready to serve.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    state: Arc<State>,
+    shutdown_tx: watch::Sender<bool>,
+    max_connections: usize,
+    grace: Duration,
 }
 
-impl<J: Job> Clone for Scheduler<J> {
-    fn clone(&self) -> Self {
-        Scheduler { core: self.core.clone() }
-    }
-}
-
-impl<J: Job> std::fmt::Debug for Scheduler<J> {
+impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("config", &self.core.config).finish()
+        f.debug_struct("Server").field("addr", &self.endpoint.local_addr().ok()).finish_non_exhaustive()
     }
 }
 
-impl<J: Job> Scheduler<J> {
-    /// A scheduler with no hooks.
-    pub fn new(config: Config) -> Self {
-        Self::with_hooks(config, Vec::new())
+impl Server {
+    /// Opens the cache, binds the endpoint and starts the optimizer thread.
+    ///
+    /// # Errors
+    /// [`ServerError`] when the cache cannot be opened, the address cannot
+    /// be bound or the thread not started.
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let cache = match config.cache {
+            Some(storage) => Some(CacheHook::new(Arc::new(Storage::open(storage).await?))),
+            None => None,
+        };
+        let endpoint = net::server_endpoint(config.listen, &config.identity, &config.transport)?;
+        let hooks: Vec<Arc<dyn Hook<NetJob>>> =
+            cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>).collect();
+        let scheduler = Scheduler::with_hooks(config.core, hooks);
+        let optimizer = match config.optimizer {
+            Some(driver) => Some(OptimizerThread::spawn(scheduler.clone(), driver).map_err(ServerError::Optimizer)?),
+            None => None,
+        };
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let state = Arc::new(State {
+            scheduler,
+            budget: Budget::new(config.payload_budget),
+            id: net::random_id(),
+            started: Instant::now(),
+            optimizer,
+            cache,
+            counters: ServerCounters::default(),
+            shutdown,
+        });
+        Ok(Server {
+            endpoint,
+            state,
+            shutdown_tx,
+            max_connections: config.max_connections,
+            grace: config.shutdown_grace,
+        })
     }
 
-    /// A scheduler whose tasks pass through `hooks`, in order, before routing.
-    pub fn with_hooks(config: Config, hooks: Vec<std::sync::Arc<dyn Hook<J>>>) -> Self {
-        let config = Config { max_attempts: config.max_attempts.max(1), ..config };
-        Scheduler {
-            core: Arc::new(Core {
-                config,
-                routes: ShardedMap::new(),
-                agents: ShardedMap::new(),
-                consumerds: ShardedMap::new(),
-                hooks,
-                retired: Retired::default(),
-                next_peer: AtomicU32::new(1),
-                shutting_down: AtomicBool::new(false),
-            }),
-        }
+    /// The address it listens on (port 0 resolved).
+    ///
+    /// # Errors
+    /// When the socket cannot say.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
     }
 
-    /// An agent connected, with these toolchains and at most `max_limit`
-    /// tasks at once (its `--jobs`; clamped to `[1, MAX_TOKENS]`, and its
-    /// starting token limit). Dropping the session is the agent leaving.
-    pub fn connect_agent(&self, peer: PeerInfo, toolchains: &[Toolchain], max_limit: u32) -> AgentSession<J> {
-        AgentSession::connect(&self.core, peer, toolchains, max_limit)
+    /// The core, for status and tests.
+    pub fn scheduler(&self) -> &Scheduler<NetJob> {
+        &self.state.scheduler
     }
 
-    /// A consumerd connected, announcing these toolchains. Dropping the
-    /// session is the consumerd leaving.
-    pub fn connect_consumerd(&self, peer: PeerInfo, toolchains: &[Toolchain]) -> ConsumerdSession<J> {
-        ConsumerdSession::connect(&self.core, peer, toolchains)
-    }
-
-    /// Every route that has an agent, an announcing consumerd, or waiting tasks.
-    pub fn routes(&self) -> Vec<RouteSnapshot> {
-        let mut out: Vec<RouteSnapshot> = self
-            .core
-            .routes
-            .values()
-            .into_iter()
-            .map(|r| RouteSnapshot {
-                toolchain: r.key,
-                description: r.description.load().as_ref().clone(),
-                agents: r.agents.load().iter().map(|a| a.node_id).collect(),
-                consumerds: r
-                    .lanes
-                    .load()
-                    .iter()
-                    .filter(|l| l.advertised.load(Ordering::Relaxed))
-                    .map(|l| l.node_id)
-                    .collect(),
-                queued: r.queued(),
-            })
-            .filter(|r| !r.agents.is_empty() || !r.consumerds.is_empty() || r.queued > 0)
-            .collect();
-        out.sort_by_key(|r| r.toolchain);
-        out
-    }
-
-    /// Every connected agent.
-    pub fn agents(&self) -> Vec<AgentSnapshot> {
-        let mut out: Vec<AgentSnapshot> = self
-            .core
-            .agents
-            .values()
-            .into_iter()
-            .map(|a| AgentSnapshot {
-                id: a.id,
-                node_id: a.node_id,
-                host_name: a.host_name.clone(),
-                tokens_in_use: a.tokens.in_use(),
-                token_limit: a.tokens.limit(),
-                max_limit: a.max_limit.load(Ordering::Relaxed),
-                assigned: a.counters.assigned.get(),
-                completed: a.counters.completed.get(),
-                failed: a.counters.failed.get(),
-                stale: a.counters.stale.get(),
-                lost: a.counters.lost.get(),
-                waiting: a.routes.load().iter().map(|r| r.queued()).sum(),
-            })
-            .collect();
-        out.sort_by_key(|a| a.id);
-        out
-    }
-
-    /// Every connected consumerd.
-    pub fn consumerds(&self) -> Vec<ConsumerdSnapshot> {
-        let mut out: Vec<ConsumerdSnapshot> = self
-            .core
-            .consumerds
-            .values()
-            .into_iter()
-            .map(|c| ConsumerdSnapshot {
-                id: c.id,
-                node_id: c.node_id,
-                host_name: c.host_name.clone(),
-                submitted: c.counters.submitted.get(),
-                in_flight: c.in_flight.load(Ordering::Relaxed),
-                remote_limit: c.remote_limit.load(Ordering::Relaxed),
-            })
-            .collect();
-        out.sort_by_key(|c| c.id);
-        out
-    }
-
-    /// Scheduler-wide counters: connected peers plus those that left.
-    pub fn totals(&self) -> Totals {
-        let mut t = self.core.retired.totals();
-        for c in self.core.consumerds.values() {
-            stats::add_consumerd(&mut t, &c.counters);
-        }
-        for a in self.core.agents.values() {
-            t.requeued += a.counters.lost.get();
-        }
-        t
-    }
-
-    /// Sets an agent's token limit, clamped to `[1, its maximum]`; returns
-    /// the limit applied, or `None` when no such agent is connected. Tasks
-    /// waiting on its routes are placed at once when the limit grows.
-    pub fn set_agent_limit(&self, agent: AgentId, limit: u32) -> Option<u32> {
-        let entry = self.core.agents.get(&agent)?;
-        let applied = limit.clamp(1, entry.max_limit.load(Ordering::Relaxed));
-        let old = entry.tokens.set_limit(applied);
-        if applied > old {
-            self.core.serve_routes_of(&entry);
-        }
-        Some(applied)
-    }
-
-    /// What the optimizer needs of every connected agent since its last
-    /// call: the samples (drained from each agent's ring), whether all its
-    /// tokens were taken and whether tasks waited on its routes (both read
-    /// and cleared), and its limits now.
-    pub fn agent_loads(&self) -> Vec<AgentLoad> {
-        let mut out: Vec<AgentLoad> = self
-            .core
-            .agents
-            .values()
-            .into_iter()
-            .map(|a| {
-                let mut samples = Vec::with_capacity(a.samples.len());
-                while let Some(s) = a.samples.pop() {
-                    samples.push(s);
+    /// Serves until `shutdown` resolves, then shuts down as the module doc says.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Server { endpoint, state, shutdown_tx, max_connections, grace } = self;
+        let permits = Arc::new(Semaphore::new(max_connections));
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
+        loop {
+            tokio::select! {
+                incoming = endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    let state = state.clone();
+                    let permit = permits.clone().try_acquire_owned().ok();
+                    connections.spawn(async move {
+                        handle(state, incoming, permit.is_some()).await;
+                        drop(permit);
+                    });
                 }
-                let (in_use, limit, _) = a.tokens.load();
-                let routes = a.routes.load();
-                // Every route is looked at (and cleared), not just until one says yes.
-                let waited = routes.iter().fold(false, |any, r| r.waited.swap(false, Ordering::Relaxed) | any)
-                    || routes.iter().any(|r| r.queued() > 0);
-                AgentLoad {
-                    id: a.id,
-                    samples,
-                    limit,
-                    max_limit: a.max_limit.load(Ordering::Relaxed),
-                    tokens_in_use: in_use,
-                    all_taken: a.full_seen.swap(false, Ordering::Relaxed) || in_use >= limit,
-                    tasks_waited: waited,
-                }
-            })
-            .collect();
-        out.sort_by_key(|a| a.id);
-        out
-    }
-
-    /// What each connected consumerd wants remote — what it last said, or
-    /// its tasks in flight if it never said — and how many of its tasks the
-    /// hooks (the cache) answered so far.
-    pub fn consumerd_loads(&self) -> Vec<ConsumerdLoad> {
-        let mut out: Vec<ConsumerdLoad> = self
-            .core
-            .consumerds
-            .values()
-            .into_iter()
-            .map(|c| {
-                let said = c.demand.load(Ordering::Relaxed);
-                let wanted = if said == u32::MAX { c.in_flight.load(Ordering::Relaxed) as u32 } else { said };
-                ConsumerdLoad {
-                    id: c.id,
-                    wanted,
-                    submitted: c.counters.submitted.get(),
-                    intercepted: c.counters.intercepted.get(),
-                }
-            })
-            .collect();
-        out.sort_by_key(|c| c.id);
-        out
-    }
-
-    /// Sets a consumerd's preferred remote limit.
-    pub fn set_remote_limit(&self, consumerd: ConsumerdId, limit: u32) {
-        if let Some(entry) = self.core.consumerds.get(&consumerd) {
-            entry.remote_limit.store(limit, Ordering::Relaxed);
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                () = &mut shutdown => break,
+            }
         }
-    }
-
-    /// The sum of the connected agents' token limits.
-    pub fn cluster_limit(&self) -> u32 {
-        self.core.agents.values().iter().map(|a| a.tokens.limit()).sum()
-    }
-
-    /// Stops accepting work: new tasks, and every task still waiting, are
-    /// answered "run locally"; tasks on agents finish normally.
-    pub fn shutdown(&self) {
-        self.core.shutting_down.store(true, Ordering::SeqCst);
-        self.core.drain_all(RetryReason::ShuttingDown);
-    }
-
-    /// Whether [`Scheduler::shutdown`] was called.
-    pub fn is_shutting_down(&self) -> bool {
-        self.core.is_shutting_down()
+        tracing::info!("scheduler shutting down");
+        let _ = shutdown_tx.send(true);
+        state.scheduler.shutdown();
+        let deadline = tokio::time::Instant::now() + grace;
+        while in_flight(&state.scheduler) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        net::shutdown(&endpoint, CloseReason::Shutdown).await;
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     }
 }
 
-#[cfg(all(test, not(ccroute_loom)))]
-pub(crate) mod tests;
+/// Tasks submitted and not yet ended, across connected consumerds.
+fn in_flight(scheduler: &Scheduler<NetJob>) -> u64 {
+    scheduler.consumerds().iter().map(|c| c.in_flight).sum()
+}
+
+/// Binds and serves until `shutdown` resolves.
+///
+/// # Errors
+/// As [`Server::bind`].
+pub async fn run(config: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    Server::bind(config).await?.serve(shutdown).await;
+    Ok(())
+}
+
+/// One connection: TLS, the handshake, the role check, then its session.
+async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
+    let Ok(conn) = net::accept(incoming).await else {
+        return; // the net layer logged why
+    };
+    let peer = conn.remote_address();
+    let (outcome, hs) = match net::accept_hello(&conn, net::HANDSHAKE_TIMEOUT).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "no usable hello");
+            return;
+        }
+    };
+    let hello = match outcome {
+        HelloOutcome::Incompatible(refusal) => {
+            tracing::warn!(%peer, %refusal, "refused");
+            let _ = hs.refuse(refusal).await;
+            return;
+        }
+        HelloOutcome::Hello(hello) => hello,
+    };
+    let refuse = |kind, reason: String| Refusal { kind, ours: PROTOCOL_VERSION, theirs: hello.version, reason };
+    let refusal = if !admitted {
+        Some(refuse(RefusalKind::Busy, "the scheduler is at its connection limit".into()))
+    } else if *state.shutdown.borrow() {
+        Some(refuse(RefusalKind::ShuttingDown, "the scheduler is shutting down".into()))
+    } else {
+        net::verify_role(&conn, &hello).err()
+    };
+    if let Some(refusal) = refusal {
+        tracing::warn!(%peer, role = %hello.body.role, %refusal, "refused");
+        let _ = hs.refuse(refusal).await;
+        return;
+    }
+    // The node as `ccroute status` shortens it: its top 32 bits.
+    let span = tracing::info_span!("peer", %peer, role = %hello.body.role, node = %format_args!("{:08x}", (hello.body.node_id >> 96) as u32));
+    match hello.body.role {
+        Role::Consumerd => consumerd::serve(state, conn, hello, hs).instrument(span).await,
+        Role::Agent => agent::serve(state, conn, hello, hs).instrument(span).await,
+        Role::Admin => admin::serve(state, conn, hs).instrument(span).await,
+    }
+}
+
+/// How a peer's session loop ended: `Ok` when the peer went away, `Err` with the reason
+/// when the scheduler closes the connection for a protocol violation.
+pub(crate) type Outcome = Result<(), String>;
+
+/// The outcome a failed stream means: a lost connection is the peer leaving, any other
+/// failure is the peer's fault.
+pub(crate) fn failure_outcome(e: NetError) -> Outcome {
+    if matches!(e, NetError::ConnectionLost { .. }) {
+        Ok(())
+    } else {
+        Err(e.to_string())
+    }
+}
+
+/// Logs how a `who` session ended and closes its connection when it broke the protocol.
+pub(crate) fn finish(conn: &quinn::Connection, who: &str, outcome: Outcome, in_flight: usize) {
+    match outcome {
+        Ok(()) => tracing::info!(in_flight, "{who} left"),
+        Err(why) => {
+            tracing::warn!(error = %why, in_flight, "closing the {who}'s connection");
+            CloseReason::ProtocolError.close_with(conn, &why);
+        }
+    }
+}
+
+/// The `PeerInfo` the core keeps for a hello.
+pub(crate) fn peer_info(hello: &ccroute_wire::Hello) -> ccroute_core::PeerInfo {
+    ccroute_core::PeerInfo { node_id: hello.body.node_id, host_name: hello.body.host_name.clone() }
+}

@@ -21,7 +21,7 @@ use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob};
 use super::{peer_info, State};
 use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
-use crate::scheduler::{AgentSession, Dispatch, TaskId};
+use ccroute_core::{AgentSession, Dispatch, TaskId};
 
 /// How often the agent's token limit is checked for a change to report.
 const LIMIT_CHECK: Duration = Duration::from_millis(250);

@@ -9,10 +9,10 @@ use ccroute_wire::Message;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::budget::Reservation;
 use super::cache::Lookup;
 use crate::cache::CachedResult;
 use crate::net::{self, Admission, FrameReader, NetError};
-use crate::scheduler::budget::Reservation;
 
 /// What a gate decided about a frame's payload.
 #[derive(Debug)]

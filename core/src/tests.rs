@@ -8,42 +8,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
 
-use ccroute_wire::{Lang, RetryReason, Toolchain, ToolchainKey, ToolchainKind};
+use ccroute_wire::{RetryReason, ToolchainKey};
 
 use super::*;
 
-/// Bodies are numbers; answers say whether the compile succeeded.
-#[derive(Debug)]
-pub(crate) struct TestJob;
-
-impl Job for TestJob {
-    type Task = u64;
-    type Answer = bool;
-    fn classify(ok: &bool) -> AnswerKind {
-        if *ok {
-            AnswerKind::Success
-        } else {
-            AnswerKind::Failed
-        }
-    }
-}
-
-pub(crate) fn tc(name: &str) -> Toolchain {
-    Toolchain {
-        kind: ToolchainKind::Gnu,
-        lang: Lang::C,
-        compiler: name.into(),
-        target: "x86_64-linux-gnu".into(),
-        version: "12".into(),
-        pic_default: true,
-        pie_default: true,
-        binary_hash: [1; 32],
-    }
-}
-
-pub(crate) fn peer(n: u128) -> PeerInfo {
-    PeerInfo { node_id: n, host_name: format!("host-{n}") }
-}
+pub(crate) use super::test_support::{peer, tc, TestJob};
 
 type S = Scheduler<TestJob>;
 

@@ -32,8 +32,7 @@ use dashmap::DashMap;
 
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use crate::cache::{CachedResult, Storage};
-use crate::scheduler::task::Phase;
-use crate::scheduler::{EndView, Hook, HookAction, Interception, Task, TaskId, TaskRef};
+use ccroute_core::{EndView, Hook, HookAction, Interception, Task, TaskId, TaskRef};
 
 /// The most bytes a source may decompress to for verification.
 const MAX_RAW: u64 = 1 << 30;
@@ -278,10 +277,10 @@ impl Hook<NetJob> for CacheHook {
                     },
                     dashmap::Entry::Vacant(v) => {
                         v.insert(Flight { leader: id, waiters: Vec::new() });
-                        if task.task().state().phase == Phase::Ended {
+                        if task.task().has_ended() {
                             self.shared.leader_gone(key, id);
                         } else {
-                            self.shared.watch_leader(&self.runtime, key, task.task.clone());
+                            self.shared.watch_leader(&self.runtime, key, task.task_handle());
                         }
                         HookAction::ProcessRequestNormally
                     }
@@ -356,8 +355,8 @@ impl Hook<NetJob> for CacheHook {
 mod tests {
     use super::*;
     use crate::cache::StorageConfig;
-    use crate::scheduler::tests::{peer, tc};
-    use crate::scheduler::{Config, ConsumerdSession, Dispatch, Reply, Scheduler};
+    use ccroute_core::test_support::{peer, tc};
+    use ccroute_core::{Config, ConsumerdSession, Dispatch, Reply, Scheduler};
     use ccroute_wire::{codec, TaskHeader, TaskSpec};
 
     /// An honest task (or, with `lie`, one whose bytes are not what its key
@@ -391,7 +390,7 @@ mod tests {
         }
     }
 
-    fn assigned(agent: &mut crate::scheduler::AgentSession<NetJob>) -> Vec<u64> {
+    fn assigned(agent: &mut ccroute_core::AgentSession<NetJob>) -> Vec<u64> {
         std::iter::from_fn(|| agent.poll())
             .filter_map(|d| match d {
                 Dispatch::Assign(t) => Some(t.body().header.task_id),

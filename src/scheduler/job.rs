@@ -11,8 +11,8 @@ use super::cache::Lookup;
 use bytes::Bytes;
 use ccroute_wire::{Outcome, ResultHeader, TaskHeader};
 
-use crate::scheduler::budget::Reservation;
-use crate::scheduler::{AnswerKind, Job};
+use super::budget::Reservation;
+use ccroute_core::{AnswerKind, Job};
 
 /// The networked scheduler's [`Job`].
 #[derive(Debug)]

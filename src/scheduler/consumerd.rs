@@ -19,13 +19,13 @@ use ccroute_wire::{
 };
 use tokio::task::JoinSet;
 
+use super::budget::Reservation;
 use super::cache::Lookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use super::{peer_info, State};
 use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
-use crate::scheduler::budget::Reservation;
-use crate::scheduler::{Answer, ConsumerdSession, Reply};
+use ccroute_core::{Answer, ConsumerdSession, Reply};
 
 /// How often the consumerd's preferred remote limit is checked for a change.
 const LIMIT_CHECK: Duration = Duration::from_millis(100);

@@ -95,7 +95,6 @@
 //! seconds without pressure, the lighter ones, so the limit settles up to a
 //! fifth above `C/d` under very noisy demand.
 
-pub mod driver;
 pub mod factors;
 pub mod fair;
 mod law;

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{AgentInput, Optimizer, Params, TickInput};
-use crate::scheduler::{AgentId, ConsumerdId, Job, Scheduler};
+use ccroute_core::optimizer::{AgentInput, Optimizer, Params, TickInput};
+use ccroute_core::{AgentId, ConsumerdId, Job, Scheduler};
 
 /// How the optimizer thread runs.
 #[derive(Debug, Clone)]
@@ -214,7 +214,7 @@ impl Tuner {
         let consumerds = scheduler.consumerd_loads();
         let wanted: Vec<u32> = consumerds.iter().map(|c| c.wanted).collect();
         let params = self.optimizer.params();
-        let base = super::fair_remote_limits(total, 0.0, &wanted, params);
+        let base = ccroute_core::optimizer::fair_remote_limits(total, 0.0, &wanted, params);
         let cap = params.max_cache_boost.max(1.0);
         let mut seen = HashMap::with_capacity(consumerds.len());
         for (c, share) in consumerds.iter().zip(base) {
@@ -241,8 +241,8 @@ mod tests {
     use ccroute_wire::CpuSample;
 
     use super::*;
-    use crate::scheduler::tests::{peer, tc, TestJob};
     use crate::scheduler::Config;
+    use ccroute_core::test_support::{peer, tc, TestJob};
 
     /// One second of an agent limited to one CPU with `running` compiles that
     /// each want a whole CPU: all of its periods throttled.
@@ -266,10 +266,14 @@ mod tests {
     fn an_overloaded_agent_is_brought_down_and_consumerds_share_the_cluster() {
         let s: Scheduler<TestJob> = Scheduler::new(Config::default());
         let agent = s.connect_agent(peer(1), &[tc("gcc")], 8);
-        let a = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let mut a = s.connect_consumerd(peer(2), &[tc("gcc")]);
         let b = s.connect_consumerd(peer(3), &[tc("gcc")]);
         a.set_demand(100);
         b.set_demand(100);
+        // Busy: more tasks than tokens, none answered, so every token stays taken.
+        for i in 0..16 {
+            a.submit(i, tc("gcc").key(), i).unwrap();
+        }
         let mut tuner = Tuner::new(Params::default());
         let mut second = 0;
         for _ in 0..6 {
@@ -277,8 +281,6 @@ mod tests {
                 second += 1;
                 agent.push_sample(overloaded(second, agent.token_limit()));
             }
-            // Busy: every token taken.
-            s.core.agents.get(&agent.id()).unwrap().full_seen.store(true, Ordering::Relaxed);
             tuner.tick(&s);
         }
         let limit = agent.token_limit();
@@ -292,15 +294,15 @@ mod tests {
     /// Answers odd-numbered tasks itself, as the cache answers hits.
     struct OddHits;
 
-    impl crate::scheduler::Hook<TestJob> for OddHits {
-        fn pre_receive(&self, task: &crate::scheduler::TaskRef<'_, TestJob>) -> crate::scheduler::HookAction {
+    impl ccroute_core::Hook<TestJob> for OddHits {
+        fn pre_receive(&self, task: &ccroute_core::TaskRef<'_, TestJob>) -> ccroute_core::HookAction {
             if task.task().body() % 2 == 1 {
                 if let Some(held) = task.intercept() {
                     held.answer(true);
                 }
-                return crate::scheduler::HookAction::RequestIntercepted;
+                return ccroute_core::HookAction::RequestIntercepted;
             }
-            crate::scheduler::HookAction::ProcessRequestNormally
+            ccroute_core::HookAction::ProcessRequestNormally
         }
     }
 

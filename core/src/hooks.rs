@@ -88,6 +88,11 @@ impl<J: Job> TaskRef<'_, J> {
         self.task
     }
 
+    /// The task, shared (for work that outlives this call).
+    pub fn task_handle(&self) -> Arc<Task<J>> {
+        self.task.clone()
+    }
+
     /// Whether any connected agent serves the task's toolchain.
     pub fn has_agents(&self) -> bool {
         !self.task.route.agents.load().is_empty()

@@ -120,6 +120,11 @@ impl<J: Job> Task<J> {
 
     /// The current state. A snapshot: act on it only through [`Task::transition`].
     #[inline]
+    /// Whether the task has ended (answered, sent back or cancelled).
+    pub fn has_ended(&self) -> bool {
+        self.state().phase == Phase::Ended
+    }
+
     pub(crate) fn state(&self) -> State {
         State::unpack(self.state.load(Ordering::SeqCst))
     }
