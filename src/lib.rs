@@ -28,4 +28,5 @@ pub mod consumerd;
 pub mod net;
 #[cfg(feature = "daemon")]
 pub mod scheduler;
+pub mod test_env;
 pub mod wrapper;

@@ -175,6 +175,13 @@ fn shapes() -> Vec<Shape> {
         remote("gcc", &["-std=c89", "-c", "src/ped.c", "-o", "build/ped.o"]),
         remote("gcc", &["-std=gnu17", "-O1", "-c", "src/main.c", "-o", "build/main.o"]),
         remote("gcc", &["-std=c11", "-fPIC", "-pthread", "-c", "src/main.c", "-o", "build/main.o"]),
+        remote("gcc", &["-O2", "-g", "-Wa,--noexecstack", "-c", "src/main.c", "-o", "build/main.o"]),
+        remote("gcc", &["-Wa,--compress-debug-sections=zlib", "-g", "-c", "src/main.c", "-o", "build/main.o"]),
+        local(
+            "gcc",
+            &["-Wa,-adhln=build/listing.txt", "-c", "src/main.c", "-o", "build/main.o"],
+            "passes assembler options",
+        ),
         local("gcc", &["-gsplit-dwarf", "-c", "src/main.c", "-o", "build/main.o"], "-gsplit-dwarf"),
         local("gcc", &["-include", "src/pch.h", "-c", "src/pc.c", "-o", "build/pc.o"], "precompiled header"),
         // Compiled remotely (the agent's clock) and never cached.
@@ -193,7 +200,9 @@ fn shapes() -> Vec<Shape> {
             way: Way::Remote,
         },
     ];
-    if have("clang") {
+    if !have("clang") {
+        ccroute::test_env::lacking("clang", "no clang in PATH");
+    } else {
         v.extend([
             remote("clang", &["-c", "src/main.c", "-o", "build/main.o"]),
             remote("clang", &["-O2", "-c", "{P}/src/main.c", "-o", "build/main.o", "-MD"]),

@@ -273,7 +273,10 @@ fn an_agent_limited_to_one_cpu_gets_its_token_limit_lowered() {
     let cgroup = match CpuLimitedCgroup::create(&cgroup_name(), 1.0) {
         Ok(cg) => cg,
         Err(e) if cannot_create_here(&e) => {
-            println!("skipped: cannot create a cpu cgroup here ({e}); run as root on a host with the cpu controller");
+            ccroute::test_env::lacking(
+                "cgroups",
+                &format!("cannot create a cpu cgroup here ({e}); run as root on a host with the cpu controller"),
+            );
             return;
         }
         Err(e) => panic!("creating a cpu cgroup failed: {e}"),

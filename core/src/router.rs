@@ -35,140 +35,34 @@
 
 use ccroute_wire::{RetryReason, Toolchain, ToolchainKey};
 
-use super::broker::{AgentEntry, AgentEvent, ConsumerdEntry, Ending};
-use super::task::{Phase, State, Task};
-use super::{Core, Job};
-use crate::sync::{fence, yield_now, Arc, AtomicBool, AtomicUsize, CachePadded, Ordering, Queue, Snapshot};
+use crate::records::{AgentEntry, AgentEvent, ConsumerdEntry, Ending, Job, Lane, Phase, Route, State, Task};
+use crate::sync::{fence, yield_now, Arc, AtomicBool, Ordering, Queue, ShardedMap};
 
 /// Routes with more agents than this look at a window of this many agents
 /// per placement instead of all of them.
 pub const WINDOW: usize = 8;
 
-/// One toolchain's agents and waiting tasks.
-pub(crate) struct Route<J: Job> {
-    pub(crate) key: ToolchainKey,
-    /// A toolchain with this key, for status pages.
-    pub(crate) description: Snapshot<Option<Toolchain>>,
-    pub(crate) agents: Snapshot<Vec<Arc<AgentEntry<J>>>>,
-    pub(crate) lanes: Snapshot<Vec<Arc<Lane<J>>>>,
-    /// Tasks pushed to a lane and not yet popped. May briefly read high
-    /// (popped, not yet counted down) but never low: a push counts itself
-    /// in only after the task is in its lane.
-    queued: CachePadded<AtomicUsize>,
-    /// Round-robin position over lanes.
-    cursor: AtomicUsize,
-    /// Rotating start of the agent window for large routes.
-    window: AtomicUsize,
-    /// Set when a task had to wait; the optimizer reads and clears it.
-    pub(crate) waited: AtomicBool,
+/// How placement ends a task it cannot place (no agent, no room, a lane
+/// whose consumerd left): the lifecycle's end, which runs the hooks' `on_end`
+/// and answers the consumerd. Implemented by [`crate::lifecycle::Core`].
+pub(crate) trait Ends<J: Job> {
+    /// Finishes a task whose state word the caller moved to ENDED.
+    fn end(&self, task: &Arc<Task<J>>, ending: Ending<J::Answer>);
+    /// Whether the scheduler is shutting down (the reason a drained task gets).
+    fn is_shutting_down(&self) -> bool;
 }
 
-/// One consumerd's waiting tasks on one route.
-pub(crate) struct Lane<J: Job> {
-    pub(crate) node_id: u128,
-    queue: Queue<Arc<Task<J>>>,
-    /// Set once, when the consumerd leaves; a push that finds it set drains
-    /// the lane itself (the leaver's drain may already have run).
-    detached: AtomicBool,
-    /// Whether the consumerd currently announces this toolchain.
-    pub(crate) advertised: AtomicBool,
+/// Every route, by toolchain key, and the bound on a route's waiting tasks.
+pub(crate) struct Router<J: Job> {
+    pub(crate) routes: ShardedMap<ToolchainKey, Arc<Route<J>>>,
+    max_queued: usize,
 }
 
-impl<J: Job> Route<J> {
-    fn new(key: ToolchainKey) -> Self {
-        Route {
-            key,
-            description: Snapshot::new(None),
-            agents: Snapshot::new(Vec::new()),
-            lanes: Snapshot::new(Vec::new()),
-            queued: CachePadded::new(AtomicUsize::new(0)),
-            cursor: AtomicUsize::new(0),
-            window: AtomicUsize::new(0),
-            waited: AtomicBool::new(false),
-        }
+impl<J: Job> Router<J> {
+    pub(crate) fn new(max_queued: usize) -> Self {
+        Router { routes: ShardedMap::new(), max_queued }
     }
 
-    /// Tasks waiting on this route.
-    pub(crate) fn queued(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
-    }
-
-    fn is_unused(&self) -> bool {
-        self.agents.load().is_empty() && self.lanes.load().is_empty()
-    }
-
-    /// Takes the next waiting task, round-robin across lanes. Tasks that
-    /// ended while they waited (cancelled) are dropped on the way.
-    fn pop(&self) -> Option<Arc<Task<J>>> {
-        let lanes = self.lanes.load();
-        let n = lanes.len();
-        if n == 0 {
-            return None;
-        }
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let mut i = 0;
-        while i < n {
-            let lane = &lanes[(start + i) % n];
-            match lane.queue.pop() {
-                Some(task) => {
-                    self.queued.fetch_sub(1, Ordering::SeqCst);
-                    if task.state().phase == Phase::Queued {
-                        return Some(task);
-                    }
-                    // Ended while waiting: look at the same lane again.
-                }
-                None => i += 1,
-            }
-        }
-        None
-    }
-
-    /// The least loaded agent with a free token, with that token taken.
-    fn pick_agent<'a>(&self, agents: &'a [Arc<AgentEntry<J>>]) -> Option<&'a Arc<AgentEntry<J>>> {
-        let n = agents.len();
-        if n == 0 {
-            return None;
-        }
-        let (mut start, mut width) =
-            if n <= WINDOW { (0, n) } else { (self.window.fetch_add(1, Ordering::Relaxed) % n, WINDOW) };
-        loop {
-            let mut best: Option<(usize, u32, u32)> = None;
-            let mut idx = start;
-            for _ in 0..width {
-                let (in_use, limit, free) = agents[idx].tokens.load();
-                // in_use/limit < best_in_use/best_limit, without division.
-                if free
-                    && best
-                        .is_none_or(|(_, bu, bl)| u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
-                {
-                    best = Some((idx, in_use, limit));
-                }
-                idx += 1;
-                if idx == n {
-                    idx = 0;
-                }
-            }
-            match best {
-                Some((idx, in_use, limit)) => {
-                    if agents[idx].tokens.try_acquire() {
-                        if in_use + 1 >= limit {
-                            agents[idx].full_seen.store(true, Ordering::Relaxed);
-                        }
-                        return Some(&agents[idx]);
-                    }
-                    // Lost the token to another placement: look again.
-                }
-                None if width < n => {
-                    start = 0;
-                    width = n;
-                }
-                None => return None,
-            }
-        }
-    }
-}
-
-impl<J: Job> Core<J> {
     /// Attaches an agent to the route for `toolchain`, creating the route.
     pub(crate) fn attach_agent(&self, toolchain: &Toolchain, agent: &Arc<AgentEntry<J>>) -> Arc<Route<J>> {
         let key = toolchain.key();
@@ -234,7 +128,7 @@ impl<J: Job> Core<J> {
 
     /// Detaches a leaving consumerd's lane. Its tasks have all ended already;
     /// whatever still sits in the lane is dropped.
-    pub(crate) fn detach_lane(&self, route: &Arc<Route<J>>, lane: &Arc<Lane<J>>) {
+    pub(crate) fn detach_lane(&self, route: &Arc<Route<J>>, lane: &Arc<Lane<J>>, ends: &impl Ends<J>) {
         lane.detached.store(true, Ordering::SeqCst);
         // Pairs with the fence in `enqueue`: a push we do not see, sees us.
         fence(Ordering::SeqCst);
@@ -245,57 +139,57 @@ impl<J: Job> Core<J> {
                 r.lanes.update(|list| list.iter().filter(|l| !Arc::ptr_eq(l, lane)).cloned().collect());
             },
         );
-        self.drain_lane(route, lane, RetryReason::NoAgents);
+        self.drain_lane(route, lane, RetryReason::NoAgents, ends);
         self.routes.remove_if(&route.key, |r| r.is_unused());
     }
 
     /// Empties a lane, answering "run locally" for any task still waiting.
-    fn drain_lane(&self, route: &Route<J>, lane: &Lane<J>, reason: RetryReason) {
+    fn drain_lane(&self, route: &Route<J>, lane: &Lane<J>, reason: RetryReason, ends: &impl Ends<J>) {
         while let Some(task) = lane.queue.pop() {
             route.queued.fetch_sub(1, Ordering::SeqCst);
-            self.end_waiting(&task, reason.clone());
+            self.end_waiting(&task, reason.clone(), ends);
         }
     }
 
     /// Ends a task that is waiting (QUEUED) with "run locally".
-    fn end_waiting(&self, task: &Arc<Task<J>>, reason: RetryReason) {
+    fn end_waiting(&self, task: &Arc<Task<J>>, reason: RetryReason, ends: &impl Ends<J>) {
         let s = task.state();
         if s.phase == Phase::Queued && task.transition(s, State::ended()) {
-            self.end(task, Ending::RunLocally(reason));
+            ends.end(task, Ending::RunLocally(reason));
         }
     }
 
     /// Places a task that is QUEUED: on an agent with a free token, or in its
     /// lane; or answers it when its route has no agent or no room.
-    pub(crate) fn place(&self, task: Arc<Task<J>>) {
+    pub(crate) fn place(&self, task: Arc<Task<J>>, ends: &impl Ends<J>) {
         // No clone of the route's Arc on this path: its count is shared by
         // every thread placing on it.
         let agents = task.route.agents.load();
-        if let Some(agent) = task.route.pick_agent(&agents) {
+        if let Some(agent) = pick_agent(&task.route, &agents) {
             if self.try_assign(agent, task).is_err() {
                 // The task ended meanwhile; the token we took is free again.
                 agent.tokens.release();
-                self.serve_routes_of(agent);
+                self.serve_routes_of(agent, ends);
             }
             return;
         }
         let no_agents = agents.is_empty();
         drop(agents);
         if no_agents {
-            self.end_waiting(&task, RetryReason::NoAgents);
+            self.end_waiting(&task, RetryReason::NoAgents, ends);
             return;
         }
-        if task.route.queued() >= self.config.max_queued_per_route {
-            self.end_waiting(&task, RetryReason::QueueFull);
+        if task.route.queued() >= self.max_queued {
+            self.end_waiting(&task, RetryReason::QueueFull, ends);
             return;
         }
         let route = task.route.clone();
-        self.enqueue(&route, task);
-        self.dispatch(&route);
+        self.enqueue(&route, task, ends);
+        self.dispatch(&route, ends);
     }
 
     /// Puts a task in its lane and counts it in.
-    fn enqueue(&self, route: &Route<J>, task: Arc<Task<J>>) {
+    fn enqueue(&self, route: &Route<J>, task: Arc<Task<J>>, ends: &impl Ends<J>) {
         let lane = task.lane.clone();
         lane.queue.push(task);
         route.queued.fetch_add(1, Ordering::SeqCst);
@@ -308,7 +202,7 @@ impl<J: Job> Core<J> {
         if lane.detached.load(Ordering::SeqCst) {
             // The consumerd left between our look-up and the push, and its
             // drain may have run already: drain behind it.
-            self.drain_lane(route, &lane, RetryReason::NoAgents);
+            self.drain_lane(route, &lane, RetryReason::NoAgents, ends);
         }
     }
 
@@ -327,7 +221,7 @@ impl<J: Job> Core<J> {
     /// Serves waiting tasks of `route` while it has both waiting tasks and
     /// free tokens. Called after every push to a lane, every token given
     /// back and every agent that joins or leaves.
-    pub(crate) fn dispatch(&self, route: &Route<J>) {
+    pub(crate) fn dispatch(&self, route: &Route<J>, ends: &impl Ends<J>) {
         'outer: loop {
             // Pairs with the fence in `enqueue`: whatever the caller just did
             // (gave a token back, removed an agent, pushed a task) is ordered
@@ -338,18 +232,18 @@ impl<J: Job> Core<J> {
             }
             let agents = route.agents.load();
             if agents.is_empty() {
-                let reason = if self.is_shutting_down() { RetryReason::ShuttingDown } else { RetryReason::NoAgents };
+                let reason = if ends.is_shutting_down() { RetryReason::ShuttingDown } else { RetryReason::NoAgents };
                 for lane in route.lanes.load().iter() {
-                    self.drain_lane(route, lane, reason.clone());
+                    self.drain_lane(route, lane, reason.clone(), ends);
                 }
                 return;
             }
-            let Some(agent) = route.pick_agent(&agents) else {
+            let Some(agent) = pick_agent(route, &agents) else {
                 return;
             };
             // We hold a token on `agent`: spend it on the next live task.
             loop {
-                match route.pop() {
+                match pop(route) {
                     Some(task) => {
                         if self.try_assign(agent, task).is_ok() {
                             continue 'outer;
@@ -368,29 +262,98 @@ impl<J: Job> Core<J> {
     }
 
     /// After a token of `agent` came back: serve the waiting tasks of its routes.
-    pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>) {
-        self.serve_routes(&agent.routes.load());
+    pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>, ends: &impl Ends<J>) {
+        self.serve_routes(&agent.routes.load(), ends);
     }
 
-    /// As [`Core::serve_routes_of`], given the agent's routes (its session
+    /// As [`Router::serve_routes_of`], given the agent's routes (its session
     /// keeps a copy, sparing the snapshot load on every completion).
-    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>]) {
+    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>], ends: &impl Ends<J>) {
         // Pairs with the fence in `enqueue`: the token given back is ordered
         // before these looks at `queued`.
         fence(Ordering::SeqCst);
         for route in routes {
             if route.queued() > 0 {
-                self.dispatch(route);
+                self.dispatch(route, ends);
             }
         }
     }
 
     /// Answers every waiting task "run locally", for shutdown.
-    pub(crate) fn drain_all(&self, reason: RetryReason) {
+    pub(crate) fn drain_all(&self, reason: RetryReason, ends: &impl Ends<J>) {
         for route in self.routes.values() {
             for lane in route.lanes.load().iter() {
-                self.drain_lane(&route, lane, reason.clone());
+                self.drain_lane(&route, lane, reason.clone(), ends);
             }
+        }
+    }
+}
+
+/// Takes the next waiting task, round-robin across lanes. Tasks that
+/// ended while they waited (cancelled) are dropped on the way.
+fn pop<J: Job>(route: &Route<J>) -> Option<Arc<Task<J>>> {
+    let lanes = route.lanes.load();
+    let n = lanes.len();
+    if n == 0 {
+        return None;
+    }
+    let start = route.cursor.fetch_add(1, Ordering::Relaxed);
+    let mut i = 0;
+    while i < n {
+        let lane = &lanes[(start + i) % n];
+        match lane.queue.pop() {
+            Some(task) => {
+                route.queued.fetch_sub(1, Ordering::SeqCst);
+                if task.state().phase == Phase::Queued {
+                    return Some(task);
+                }
+                // Ended while waiting: look at the same lane again.
+            }
+            None => i += 1,
+        }
+    }
+    None
+}
+
+/// The least loaded agent with a free token, with that token taken.
+fn pick_agent<'a, J: Job>(route: &Route<J>, agents: &'a [Arc<AgentEntry<J>>]) -> Option<&'a Arc<AgentEntry<J>>> {
+    let n = agents.len();
+    if n == 0 {
+        return None;
+    }
+    let (mut start, mut width) =
+        if n <= WINDOW { (0, n) } else { (route.window.fetch_add(1, Ordering::Relaxed) % n, WINDOW) };
+    loop {
+        let mut best: Option<(usize, u32, u32)> = None;
+        let mut idx = start;
+        for _ in 0..width {
+            let (in_use, limit, free) = agents[idx].tokens.load();
+            // in_use/limit < best_in_use/best_limit, without division.
+            if free
+                && best.is_none_or(|(_, bu, bl)| u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
+            {
+                best = Some((idx, in_use, limit));
+            }
+            idx += 1;
+            if idx == n {
+                idx = 0;
+            }
+        }
+        match best {
+            Some((idx, in_use, limit)) => {
+                if agents[idx].tokens.try_acquire() {
+                    if in_use + 1 >= limit {
+                        agents[idx].full_seen.store(true, Ordering::Relaxed);
+                    }
+                    return Some(&agents[idx]);
+                }
+                // Lost the token to another placement: look again.
+            }
+            None if width < n => {
+                start = 0;
+                width = n;
+            }
+            None => return None,
         }
     }
 }

@@ -1,117 +1,9 @@
-//! Counters, and the snapshots status pages are made of.
-//!
-//! Every counter has exactly one writer — the session that owns its agent or
-//! consumerd — so a bump is a plain load and store, with no contended
-//! read-modify-write on the hot path, and any thread may read it. When a peer
-//! leaves, its counters are added to the scheduler's retired totals, so the
-//! totals never go backwards.
-//!
-//! The counters add up (kubecc B12 counted requests twice, B16 counted
-//! different things on the two sides):
-//!
-//! - per consumerd: `submitted = completed + failed + retried + intercepted
-//!   + cancelled + in flight`;
-//! - across agents: results that won their task (`completed + failed`) are
-//!   exactly the agent answers consumerds received, once every answer has
-//!   been taken from its outbox.
+//! The snapshots status pages are made of (see [`crate::counters`] for what
+//! they count).
 
-use ccroute_wire::{ToolchainKey, Totals};
+use ccroute_wire::ToolchainKey;
 
-use crate::sync::{AtomicU64, Ordering};
-
-/// A single-writer counter.
-#[derive(Debug, Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds one. Only the counter's owner calls this.
-    #[inline]
-    pub(crate) fn bump(&self) {
-        // Single writer: a load and a store cannot lose an increment, and
-        // readers only need some recent value.
-        self.0.store(self.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
-    #[inline]
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// What one agent did.
-#[derive(Debug, Default)]
-pub(crate) struct AgentCounters {
-    /// Tasks sent to it.
-    pub(crate) assigned: Counter,
-    /// Results that answered their task with a successful compile.
-    pub(crate) completed: Counter,
-    /// Results that answered their task with a compile failure or an
-    /// internal error.
-    pub(crate) failed: Counter,
-    /// Results for tasks that had ended meanwhile (cancelled): dropped.
-    pub(crate) stale: Counter,
-    /// Tasks it held when it was lost, placed again or sent back.
-    pub(crate) lost: Counter,
-}
-
-/// What one consumerd got.
-#[derive(Debug, Default)]
-pub(crate) struct ConsumerdCounters {
-    pub(crate) submitted: Counter,
-    pub(crate) completed: Counter,
-    pub(crate) failed: Counter,
-    pub(crate) retried: Counter,
-    pub(crate) intercepted: Counter,
-    pub(crate) cancelled: Counter,
-}
-
-/// Counters of peers that left, summed.
-#[derive(Debug, Default)]
-pub(crate) struct Retired {
-    requests: AtomicU64,
-    completed: AtomicU64,
-    failed: AtomicU64,
-    retried: AtomicU64,
-    intercepted: AtomicU64,
-    cancelled: AtomicU64,
-    requeued: AtomicU64,
-}
-
-impl Retired {
-    pub(crate) fn add_consumerd(&self, c: &ConsumerdCounters) {
-        self.requests.fetch_add(c.submitted.get(), Ordering::Relaxed);
-        self.completed.fetch_add(c.completed.get(), Ordering::Relaxed);
-        self.failed.fetch_add(c.failed.get(), Ordering::Relaxed);
-        self.retried.fetch_add(c.retried.get(), Ordering::Relaxed);
-        self.intercepted.fetch_add(c.intercepted.get(), Ordering::Relaxed);
-        self.cancelled.fetch_add(c.cancelled.get(), Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_agent(&self, c: &AgentCounters) {
-        self.requeued.fetch_add(c.lost.get(), Ordering::Relaxed);
-    }
-
-    pub(crate) fn totals(&self) -> Totals {
-        Totals {
-            requests: self.requests.load(Ordering::Relaxed),
-            completed: self.completed.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            intercepted: self.intercepted.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
-            requeued: self.requeued.load(Ordering::Relaxed),
-        }
-    }
-}
-
-pub(crate) fn add_consumerd(t: &mut Totals, c: &ConsumerdCounters) {
-    t.requests += c.submitted.get();
-    t.completed += c.completed.get();
-    t.failed += c.failed.get();
-    t.retried += c.retried.get();
-    t.intercepted += c.intercepted.get();
-    t.cancelled += c.cancelled.get();
-}
+use crate::records::{AgentId, ConsumerdId};
 
 /// One route, for status pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +24,7 @@ pub struct RouteSnapshot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSnapshot {
     /// The scheduler's id for it.
-    pub id: super::AgentId,
+    pub id: AgentId,
     /// Its node id.
     pub node_id: u128,
     /// Its host name.
@@ -161,7 +53,7 @@ pub struct AgentSnapshot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerdSnapshot {
     /// The scheduler's id for it.
-    pub id: super::ConsumerdId,
+    pub id: ConsumerdId,
     /// Its node id.
     pub node_id: u128,
     /// Its host name.

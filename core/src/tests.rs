@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use ccroute_wire::{RetryReason, ToolchainKey};
 
 use super::*;
+use crate::sync::Arc;
 
 pub(crate) use super::test_support::{peer, tc, TestJob};
 
@@ -398,7 +399,7 @@ fn b8_a_route_torn_down_is_gone_and_a_new_peer_gets_a_live_one() {
     drop(agent);
     drop(cd);
     assert!(s.routes().is_empty());
-    assert_eq!(s.core.routes.values().len(), 0, "removed from the map, not just hidden");
+    assert_eq!(s.core.router.routes.values().len(), 0, "removed from the map, not just hidden");
     let mut agent = s.connect_agent(peer(3), &[tc("gcc")], 4);
     let mut cd = s.connect_consumerd(peer(4), &[tc("gcc")]);
     cd.submit(1, tc("gcc").key(), 0).unwrap();

@@ -65,14 +65,23 @@ impl TokenPool {
         }
     }
 
-    /// Gives a token back.
-    ///
-    /// # Panics
-    /// In debug builds, when no token is held (a double release is a bug).
+    /// Gives a token back. Releasing with no token held is a bug in the
+    /// caller, in debug and release builds alike: the pool is left as it was
+    /// (a blind decrement would borrow from the limit's bits), the error is
+    /// logged, and `false` comes back.
     #[inline]
-    pub fn release(&self) {
-        let before = self.state.fetch_sub(1, Ordering::SeqCst);
-        debug_assert!(before & IN_USE_MASK != 0, "token released twice");
+    pub fn release(&self) -> bool {
+        let mut s = self.state.load(Ordering::SeqCst);
+        loop {
+            if s & IN_USE_MASK == 0 {
+                tracing::error!("a token was released that was not held; the pool is unchanged (a bug)");
+                return false;
+            }
+            match self.state.compare_exchange_weak(s, s - 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
     }
 
     /// Sets the limit (clamped to `[1, MAX_TOKENS]`); returns the old one.
@@ -145,6 +154,18 @@ mod tests {
         p.release();
         assert!(p.try_acquire());
         assert_eq!(p.in_use(), 3);
+    }
+
+    #[test]
+    fn a_release_without_a_token_is_refused_and_changes_nothing() {
+        let p = TokenPool::new(3);
+        assert!(p.try_acquire());
+        assert!(p.release());
+        let before = p.load();
+        assert!(!p.release(), "no token was held");
+        assert_eq!(p.load(), before, "the limit is untouched");
+        assert_eq!(p.limit(), 3);
+        assert!((0..3).all(|_| p.try_acquire()) && !p.try_acquire());
     }
 
     #[test]

@@ -588,7 +588,7 @@ mod tests {
         let cg = match CpuLimitedCgroup::create(&name, 0.5) {
             Ok(cg) => cg,
             Err(CgroupError::Unavailable(why)) => {
-                eprintln!("skipping: {why}");
+                crate::test_env::lacking("cgroups", &why);
                 return;
             }
             Err(e) => panic!("{e}"),
@@ -631,7 +631,7 @@ mod tests {
         let cg = match CpuLimitedCgroup::create(&name, 1.0) {
             Ok(cg) => cg,
             Err(CgroupError::Unavailable(why)) => {
-                eprintln!("skipping: {why}");
+                crate::test_env::lacking("cgroups", &why);
                 return;
             }
             Err(e) => panic!("{e}"),

@@ -87,6 +87,11 @@ fn check_arg(arg: &str) -> Result<(), &'static str> {
         return Ok(());
     }
     if arg.starts_with("-W") {
+        if let Some(list) = arg.strip_prefix("-Wa,") {
+            if super::assembler_options_remote(list) {
+                return Ok(());
+            }
+        }
         if arg.starts_with("-Wl,") || arg.starts_with("-Wa,") || arg.starts_with("-Wp,") {
             return Err("passes options to another tool");
         }
@@ -248,6 +253,8 @@ mod tests {
                 "-fmacro-prefix-map=/d=/e",
                 "-fopt-info-vec",
                 "-flto",
+                "-Wa,--noexecstack",
+                "-Wa,--compress-debug-sections=zlib,-mrelax-relocations=no",
             ],
             "src/a.cc",
         );
@@ -270,6 +277,8 @@ mod tests {
             (&["-Xlinker"], "-Xlinker"),
             (&["-Wl,-rpath,/x"], "-Wl,-rpath,/x"),
             (&["-Wa,-adhln=/tmp/x"], "-Wa,-adhln=/tmp/x"),
+            (&["-Wa,--noexecstack,-adhln=/tmp/x"], "-Wa,--noexecstack,-adhln=/tmp/x"),
+            (&["-Wa,@/etc/passwd"], "-Wa,@/etc/passwd"),
             (&["-Wp,-MD,/tmp/x"], "-Wp,-MD,/tmp/x"),
             (&["@/etc/passwd"], "@/etc/passwd"),
             (&["-o"], "-o"),

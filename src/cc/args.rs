@@ -256,6 +256,11 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
         if let Some((_, why)) = LOCAL_EXACT.iter().find(|(name, _)| *name == arg) {
             return Err(local(arg, why));
         }
+        if arg.strip_prefix("-Wa,").is_some_and(super::assembler_options_remote) {
+            pp.push(raw.clone());
+            s.remote.push(arg.to_owned());
+            continue;
+        }
         if let Some((_, why)) = LOCAL_PREFIX.iter().find(|(p, _)| arg.starts_with(p)) {
             return Err(local(arg, why));
         }
@@ -565,6 +570,7 @@ mod tests {
             (&["-fplugin-arg-x-y", "-c", "a.c"], "-fplugin-arg-x-y"),
             (&["-Xclang", "-x", "-c", "a.c"], "-Xclang"),
             (&["-Wa,-adhln", "-c", "a.c"], "-Wa,-adhln"),
+            (&["-Wa,--noexecstack,-adhln", "-c", "a.c"], "-Wa,--noexecstack,-adhln"),
             (&["@rsp", "-c", "a.c"], "@rsp"),
             (&["-fprofile-arcs", "-c", "a.c"], "-fprofile-arcs"),
             (&["-fprofile-generate", "-c", "a.c"], "-fprofile-generate"),

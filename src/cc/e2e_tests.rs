@@ -237,8 +237,7 @@ fn gcc_diagnostics_match_a_local_compile() {
 #[test]
 fn clang_objects_are_byte_identical() {
     if !have("clang") {
-        eprintln!("clang not installed: skipped");
-        return;
+        return crate::test_env::lacking("clang", "no clang in PATH");
     }
     // With -g (source checksums in the line table) and -Wp,-MD clang stays local.
     for args in

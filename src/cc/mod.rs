@@ -48,6 +48,34 @@ pub use plan::{classify, Classification, RemotePlan};
 pub use preprocessed::{find_unsafe_pragma, postprocess, Preprocessed};
 pub use resolve::{resolve_compiler, ResolveError};
 
+/// Assembler options (`-Wa,a,b`) that may go remote: each changes only the
+/// object the assembler writes, names no file, and reads nothing; the
+/// consumerd's classification and the agent's allow-list both check this one
+/// list. Anything else after `-Wa,` keeps a compile local (`-Wa,-adhln=x`
+/// writes a listing file, `-Wa,@file` reads one).
+const REMOTE_ASSEMBLER_OPTIONS: &[&str] = &[
+    "--noexecstack",
+    "--execstack",
+    "--nocompress-debug-sections",
+    "--compress-debug-sections",
+    "--compress-debug-sections=none",
+    "--compress-debug-sections=zlib",
+    "--compress-debug-sections=zlib-gnu",
+    "--compress-debug-sections=zlib-gabi",
+    "--compress-debug-sections=zstd",
+    "-mrelax-relocations=yes",
+    "-mrelax-relocations=no",
+    "--generate-missing-build-notes=yes",
+    "--generate-missing-build-notes=no",
+    "-mx86-used-note=yes",
+    "-mx86-used-note=no",
+];
+
+/// Whether the options of one `-Wa,` argument (what follows the comma) may go remote.
+pub(crate) fn assembler_options_remote(list: &str) -> bool {
+    !list.is_empty() && list.split(',').all(|o| REMOTE_ASSEMBLER_OPTIONS.contains(&o))
+}
+
 /// Compiler family: decides the preprocessing mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {

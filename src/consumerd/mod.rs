@@ -261,18 +261,6 @@ impl Consumerd {
     }
 }
 
-/// Binds and serves (see [`Consumerd::bind`] and [`Consumerd::serve`]).
-///
-/// # Errors
-/// As [`Consumerd::bind`].
-pub async fn run(
-    config: Config,
-    remote: Arc<dyn Remote>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<Ended, ConsumerdError> {
-    Ok(Consumerd::bind(config)?.serve(remote, shutdown).await)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

@@ -337,6 +337,7 @@ fn a_window_that_opens_sends_waiting_compiles_remote() {
 /// Not a test of its own: the entry point of a consumerd child, started by
 /// a wrapper child (through [`consumerd_starter`]) or by a test.
 #[test]
+#[ignore = "child-process entry point: tests run it as a child, with its mode in the environment"]
 fn consumerd_child() {
     let Some(mode) = std::env::var_os(CHILD_MODE_ENV) else { return };
     let mut config = Config::new(SocketPath::from_env());
@@ -351,7 +352,9 @@ fn consumerd_child() {
         _ => Arc::new(NoRemote::new()),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let code = match rt.block_on(run(config, remote, std::future::pending())) {
+    let code = match rt.block_on(async {
+        Ok::<_, ConsumerdError>(Consumerd::bind(config)?.serve(remote, std::future::pending()).await)
+    }) {
         Ok(_) => 0,
         Err(e) => {
             eprintln!("ccroute: {e}");

@@ -240,15 +240,6 @@ fn in_flight(scheduler: &Scheduler<NetJob>) -> u64 {
     scheduler.consumerds().iter().map(|c| c.in_flight).sum()
 }
 
-/// Binds and serves until `shutdown` resolves.
-///
-/// # Errors
-/// As [`Server::bind`].
-pub async fn run(config: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-    Server::bind(config).await?.serve(shutdown).await;
-    Ok(())
-}
-
 /// One connection: TLS, the handshake, the role check, then its session.
 async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
     let Ok(conn) = net::accept(incoming).await else {

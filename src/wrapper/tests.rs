@@ -24,8 +24,10 @@ const SEP: &str = "\x1f";
 /// What libtest prints on stdout before the child's own output.
 const LIBTEST_PREFIX: &[u8] = b"\nrunning 1 test\n";
 
-/// Not a test of its own: the entry point of a wrapper child.
+/// Not a test of its own: the entry point of a wrapper child, which other
+/// tests run in a child process (with `--ignored`).
 #[test]
+#[ignore = "child-process entry point: tests run it as a child, with its arguments in the environment"]
 fn wrapper_child() {
     let Some(args) = std::env::var_os(CHILD_ARGS_ENV) else { return };
     let args: Vec<OsString> = args.to_str().unwrap().split(SEP).map(OsString::from).collect();
@@ -39,7 +41,7 @@ fn wrapper_child() {
 pub(crate) fn consumerd_starter() -> Starter {
     Starter {
         program: std::env::current_exe().unwrap(),
-        args: ["--exact", "consumerd::tests::consumerd_child", "--nocapture", "--test-threads=1", "-q"]
+        args: ["--exact", "consumerd::tests::consumerd_child", "--ignored", "--nocapture", "--test-threads=1", "-q"]
             .map(OsString::from)
             .to_vec(),
         wait: Duration::from_secs(20),
@@ -50,7 +52,7 @@ pub(crate) fn consumerd_starter() -> Starter {
 /// consumerd start unless the caller sets [`CHILD_STARTER_ENV`].
 pub(crate) fn wrapper_command(cwd: &Path, socket: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "wrapper::tests::wrapper_child", "--nocapture", "--test-threads=1", "-q"])
+    c.args(["--exact", "wrapper::tests::wrapper_child", "--ignored", "--nocapture", "--test-threads=1", "-q"])
         .env(CHILD_ARGS_ENV, args.join(SEP))
         .env(socket::SOCKET_ENV, socket)
         .env_remove(CHILD_STARTER_ENV)

@@ -1,4 +1,4 @@
-//! The task lifecycle, and the sessions the network layer drives it through.
+//! The sessions the network layer drives the core through.
 //!
 //! Each connected peer is one session, owned by the one connection task that
 //! serves it (`&mut self`: no lock inside a session):
@@ -9,7 +9,7 @@
 //!
 //! Dropping a session is the peer leaving, for whatever reason. An agent that
 //! leaves gets its pool closed and every task it held — sent, or still in its
-//! outbox — placed again (at most [`super::Config::max_attempts`] placements
+//! outbox — placed again (at most [`crate::records::Config::max_attempts`] placements
 //! in all, then "run locally"); kubecc B5 lost the request a forwarder held
 //! for a dead agent, and B15 retried forever. A consumerd that leaves has
 //! its tasks cancelled, and the agents running them are told.
@@ -17,223 +17,18 @@
 use std::collections::HashSet;
 use std::task::{Poll, Waker};
 
-use ccroute_wire::{CpuSample, RetryReason, Toolchain, ToolchainKey};
+use ccroute_wire::{CpuSample, Toolchain, ToolchainKey};
 use rustc_hash::FxHashMap;
 
-use super::hooks::{EndView, HookAction, TaskRef};
-use super::outbox::Outbox;
-use super::router::{Lane, Route};
-use super::stats::{AgentCounters, ConsumerdCounters};
-use super::task::{Phase, State, Task};
-use super::tokens::{clamp_limit, TokenPool};
-use super::{AgentId, AnswerKind, ConsumerdId, Core, Job, RouteError, TaskId};
+use crate::counters::{AgentCounters, ConsumerdCounters};
+use crate::lifecycle::Core;
+use crate::outbox::Outbox;
+use crate::records::{
+    AgentEntry, AgentEvent, AgentId, Answer, AnswerKind, CompleteError, ConsumerdEntry, ConsumerdId, Dispatch, Ending,
+    Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, SAMPLE_RING,
+};
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
-
-/// Samples kept per agent between two optimizer ticks; the oldest is dropped
-/// when the ring is full.
-pub const SAMPLE_RING: usize = 64;
-
-/// How a task ends (the transition to ENDED already happened).
-pub(crate) enum Ending<A> {
-    Answered(A),
-    Intercepted(A),
-    RunLocally(RetryReason),
-    Cancelled,
-}
-
-/// What an agent's outbox carries.
-pub(crate) enum AgentEvent<J: Job> {
-    Assign(Arc<Task<J>>),
-    Cancel(TaskId),
-}
-
-/// A connected agent.
-pub(crate) struct AgentEntry<J: Job> {
-    pub(crate) id: AgentId,
-    pub(crate) node_id: u128,
-    pub(crate) host_name: String,
-    pub(crate) tokens: TokenPool,
-    /// The most tokens the agent allows (its `--jobs`).
-    pub(crate) max_limit: AtomicU32,
-    pub(crate) outbox: Outbox<AgentEvent<J>>,
-    pub(crate) routes: Snapshot<Vec<Arc<Route<J>>>>,
-    pub(crate) counters: AgentCounters,
-    /// CPU samples for the optimizer thread (a bounded lock-free ring).
-    pub(crate) samples: crossbeam_queue::ArrayQueue<CpuSample>,
-    /// Set when a placement took its last free token; the optimizer reads
-    /// and clears it once per interval ("all tokens were taken").
-    pub(crate) full_seen: AtomicBool,
-}
-
-/// A connected consumerd.
-pub(crate) struct ConsumerdEntry<J: Job> {
-    pub(crate) id: ConsumerdId,
-    pub(crate) node_id: u128,
-    pub(crate) host_name: String,
-    pub(crate) outbox: Outbox<Answer<J::Answer>>,
-    pub(crate) counters: ConsumerdCounters,
-    /// Tasks in flight, published by the session for status pages.
-    pub(crate) in_flight: AtomicU64,
-    /// Its preferred remote limit, set by the optimizer.
-    pub(crate) remote_limit: AtomicU32,
-    /// What it last said it wants remote (`u32::MAX`: it never said; the
-    /// optimizer then uses its tasks in flight).
-    pub(crate) demand: AtomicU32,
-}
-
-/// A task's answer, for its consumerd.
-#[derive(Debug)]
-pub struct Answer<A> {
-    /// The consumerd's id for the task.
-    pub client_id: u64,
-    /// The scheduler's id for the task.
-    pub task: TaskId,
-    /// What happened.
-    pub reply: Reply<A>,
-}
-
-/// What happened to a task.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reply<A> {
-    /// An agent's answer.
-    Done(A),
-    /// A hook's answer (a cache hit).
-    Intercepted(A),
-    /// Compile it locally, for this reason.
-    RunLocally(RetryReason),
-}
-
-/// Who a peer is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerInfo {
-    /// Its random id.
-    pub node_id: u128,
-    /// Its host name.
-    pub host_name: String,
-}
-
-impl<J: Job> Core<J> {
-    /// Finishes a task whose state word this caller moved to ENDED: hooks see
-    /// the end, then the consumerd gets its answer (unless it cancelled).
-    pub(crate) fn end(&self, task: &Arc<Task<J>>, ending: Ending<J::Answer>) {
-        if !self.hooks.is_empty() {
-            let view = match &ending {
-                Ending::Answered(a) => EndView::Answered(a),
-                Ending::Intercepted(a) => EndView::Intercepted(a),
-                Ending::RunLocally(r) => EndView::RunLocally(r),
-                Ending::Cancelled => EndView::Cancelled,
-            };
-            for hook in &self.hooks {
-                hook.on_end(task, view);
-            }
-        }
-        let reply = match ending {
-            Ending::Answered(a) => Reply::Done(a),
-            Ending::Intercepted(a) => Reply::Intercepted(a),
-            Ending::RunLocally(r) => Reply::RunLocally(r),
-            Ending::Cancelled => return,
-        };
-        task.consumerd.outbox.push(Answer { client_id: task.client_id, task: task.id, reply });
-    }
-
-    /// Ends a task a hook holds. False when it had ended meanwhile.
-    pub(crate) fn end_held(&self, task: &Arc<Task<J>>, ending: Ending<J::Answer>) -> bool {
-        let s = task.state();
-        if s.phase != Phase::Held || !task.transition(s, State::ended()) {
-            return false;
-        }
-        self.end(task, ending);
-        true
-    }
-
-    /// A hook let a held task go on.
-    pub(crate) fn resume(core: &Arc<Self>, task: Arc<Task<J>>, next_hook: usize) {
-        let s = task.state();
-        if s.phase == Phase::Held && task.transition(s, State::queued(s.attempt)) {
-            Self::run_hooks(core, task, next_hook);
-        }
-    }
-
-    /// Runs hooks from `from` on, then places the task.
-    pub(crate) fn run_hooks(core: &Arc<Self>, task: Arc<Task<J>>, from: usize) {
-        if core.is_shutting_down() {
-            core.end_queued(&task, RetryReason::ShuttingDown);
-            return;
-        }
-        for (i, hook) in core.hooks.iter().enumerate().skip(from) {
-            match hook.pre_receive(&TaskRef { core, task: &task, hook: i }) {
-                HookAction::ProcessRequestNormally => {}
-                HookAction::RejectRequest(why) => {
-                    core.end_queued(&task, RetryReason::Rejected(why));
-                    return;
-                }
-                HookAction::RequestIntercepted => {
-                    if task.state().phase != Phase::Queued {
-                        return;
-                    }
-                    // The hook said it intercepted but did not take the task:
-                    // route it rather than strand it.
-                    tracing::warn!(task = ?task.id, hook = i, "hook returned RequestIntercepted without intercepting");
-                }
-            }
-        }
-        core.place(task);
-    }
-
-    fn end_queued(&self, task: &Arc<Task<J>>, reason: RetryReason) {
-        let s = task.state();
-        if s.phase == Phase::Queued && task.transition(s, State::ended()) {
-            self.end(task, Ending::RunLocally(reason));
-        }
-    }
-
-    /// Cancels a task from whatever phase it is in. True if this call ended it.
-    pub(crate) fn cancel(&self, task: &Arc<Task<J>>) -> bool {
-        let Some(prev) = task.end_from_any() else {
-            return false;
-        };
-        if prev.phase == Phase::Assigned {
-            if let Some(agent) = self.agents.get(&AgentId(prev.agent)) {
-                agent.outbox.push(AgentEvent::Cancel(task.id));
-            }
-        }
-        self.end(task, Ending::Cancelled);
-        true
-    }
-
-    /// An agent holding `task` at `attempt` was lost: place it again, or
-    /// send it back once it has used its attempts.
-    fn requeue(&self, task: Arc<Task<J>>, agent: AgentId, attempt: u8) {
-        let from = State::assigned(agent.0, attempt);
-        if attempt.saturating_add(1) >= self.config.max_attempts {
-            if task.transition(from, State::ended()) {
-                self.end(&task, Ending::RunLocally(RetryReason::AttemptsExhausted));
-            }
-            return;
-        }
-        if task.transition(from, State::queued(attempt + 1)) {
-            self.place(task);
-        }
-    }
-}
-
-/// What an agent's connection sends next.
-#[derive(Debug)]
-pub enum Dispatch<J: Job> {
-    /// Run this task.
-    Assign(Arc<Task<J>>),
-    /// Stop running this task; still answer it (any outcome) so that its
-    /// token comes back.
-    Cancel(TaskId),
-}
-
-/// Why a completion was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CompleteError {
-    /// The agent answered a task it does not hold (never sent, or answered twice).
-    #[error("agent answered task {0:?}, which it does not hold")]
-    UnknownTask(TaskId),
-}
+use crate::tokens::{clamp_limit, TokenPool};
 
 /// One connected agent, as its connection task drives it.
 pub struct AgentSession<J: Job> {
@@ -284,7 +79,7 @@ impl<J: Job> AgentSession<J> {
                     if s.phase != Phase::Assigned || s.agent != self.entry.id.0 {
                         // Ended before it could be sent: its token is free.
                         self.entry.tokens.release();
-                        self.core.serve_routes_of(&self.entry);
+                        self.core.router.serve_routes_of(&self.entry, &*self.core);
                         continue;
                     }
                     self.outstanding.insert(task.id, (task.clone(), s.attempt));
@@ -341,7 +136,7 @@ impl<J: Job> AgentSession<J> {
         } else {
             self.entry.counters.stale.bump();
         }
-        self.core.serve_routes(&self.routes);
+        self.core.router.serve_routes(&self.routes, &*self.core);
         Ok(())
     }
 
@@ -365,17 +160,17 @@ impl<J: Job> AgentSession<J> {
         for tc in toolchains {
             let key = tc.key();
             if !have.contains(&key) && seen.insert(key) {
-                kept.push(self.core.attach_agent(tc, &self.entry));
+                kept.push(self.core.router.attach_agent(tc, &self.entry));
             }
         }
         drop(current);
         self.routes.clone_from(&kept);
         self.entry.routes.update(|_| kept);
         for route in &dropped {
-            self.core.detach_agent(route, &self.entry);
-            self.core.dispatch(route);
+            self.core.router.detach_agent(route, &self.entry);
+            self.core.router.dispatch(route, &*self.core);
         }
-        self.core.serve_routes_of(&self.entry);
+        self.core.router.serve_routes_of(&self.entry, &*self.core);
     }
 
     /// The agent's own maximum changed (`--jobs`). The token limit follows
@@ -412,7 +207,7 @@ impl<J: Job> Drop for AgentSession<J> {
         entry.tokens.close();
         let routes = entry.routes.load().clone();
         for route in routes.iter() {
-            self.core.detach_agent(route, &entry);
+            self.core.router.detach_agent(route, &entry);
         }
         entry.routes.update(|_| Vec::new());
         self.core.agents.remove(&entry.id);
@@ -443,7 +238,7 @@ impl<J: Job> Drop for AgentSession<J> {
             yield_now();
         }
         for route in routes.iter() {
-            self.core.dispatch(route);
+            self.core.router.dispatch(route, &*self.core);
         }
         self.core.retired.add_agent(&entry.counters);
         tracing::info!(agent = ?entry.id, lost = entry.counters.lost.get(), "agent disconnected");
@@ -523,7 +318,7 @@ impl<J: Job> ConsumerdSession<J> {
         let (route, lane) = match self.lanes.get(&toolchain) {
             Some(attached) => attached,
             None => {
-                let attached = self.core.attach_lane(toolchain, None, &self.entry, false);
+                let attached = self.core.router.attach_lane(toolchain, None, &self.entry, false);
                 self.lanes.entry(toolchain).or_insert(attached)
             }
         };
@@ -605,7 +400,7 @@ impl<J: Job> ConsumerdSession<J> {
         for tc in toolchains {
             let key = tc.key();
             if !self.lanes.contains_key(&key) {
-                let attached = self.core.attach_lane(key, Some(tc), &self.entry, true);
+                let attached = self.core.router.attach_lane(key, Some(tc), &self.entry, true);
                 self.lanes.insert(key, attached);
             }
         }
@@ -640,7 +435,7 @@ impl<J: Job> Drop for ConsumerdSession<J> {
             self.entry.counters.cancelled.bump();
         }
         for (_, (route, lane)) in self.lanes.drain() {
-            self.core.detach_lane(&route, &lane);
+            self.core.router.detach_lane(&route, &lane, &*self.core);
         }
         while self.entry.outbox.pop().is_some() {}
         self.core.consumerds.remove(&self.entry.id);

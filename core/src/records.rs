@@ -1,0 +1,459 @@
+//! The records the core passes around: plain data, each type with only the
+//! methods that read or move its own fields. Behaviour sits above them:
+//! placement in [`crate::router`], a task's way through the hooks to its end
+//! in [`crate::lifecycle`], the peers' sessions in [`crate::sessions`].
+//!
+//! - the [`Job`] a scheduler carries, and how its answers count;
+//! - ids, [`PeerInfo`], [`Config`], [`RouteError`];
+//! - a [`Task`] and its state word ([`State`], [`Phase`]);
+//! - a [`Route`] (one toolchain's agents and lanes) and its [`Lane`]s (one
+//!   consumerd's waiting tasks each);
+//! - agent and consumerd entries, the events in their outboxes, answers and
+//!   endings.
+//!
+//! # The state word
+//!
+//! Every task is one `Arc<Task>` shared by whoever holds it at the moment —
+//! its consumerd's session, a route's queue, an agent's outbox or session, a
+//! hook — and there is no global table to lock: the task itself is the
+//! record. Its lifecycle is one `AtomicU64`:
+//!
+//! ```text
+//!            ┌──────── hook intercepts ────────┐
+//!            ▼                                  │
+//!   HELD(attempt) ──proceed──▶ QUEUED(attempt) ─┴─assign──▶ ASSIGNED(agent, attempt)
+//!       │                        │    ▲                          │       │
+//!       │                        │    └──── agent lost ──────────┘       │
+//!       ▼                        ▼          (attempt + 1)                ▼
+//!     ENDED ◀──────────── answer, cancel, run locally ──────────────── ENDED
+//! ```
+//!
+//! Every transition is a compare-exchange from the exact word the caller
+//! observed, so of two racing transitions exactly one wins; the one that
+//! moves a task to ENDED is the one that answers it (invariant 2). The word
+//! for ASSIGNED names the agent and the attempt, so a result or a loss that
+//! belongs to an earlier placement can never end a later one (kubecc B14).
+
+use ccroute_wire::{CpuSample, RetryReason, Toolchain, ToolchainKey};
+
+use crate::counters::{AgentCounters, ConsumerdCounters};
+use crate::outbox::Outbox;
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Ordering, Queue, Snapshot};
+use crate::tokens::TokenPool;
+
+/// What the scheduler carries: the network layer's task bodies and answers.
+pub trait Job: Send + Sync + Sized + 'static {
+    /// What an agent needs to run a task (header and payload).
+    type Task: Send + Sync + 'static;
+    /// What an agent, or a hook, answers.
+    type Answer: Send + Sync + 'static;
+    /// How an answer counts.
+    fn classify(answer: &Self::Answer) -> AnswerKind;
+}
+
+/// How an answer counts in the statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerKind {
+    /// The compile succeeded.
+    Success,
+    /// The compile failed, or the agent could not run it.
+    Failed,
+}
+
+/// One agent as the optimizer sees it, from [`Scheduler::agent_loads`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentLoad {
+    /// The agent.
+    pub id: AgentId,
+    /// CPU samples since the last call, oldest first.
+    pub samples: Vec<ccroute_wire::CpuSample>,
+    /// Its token limit.
+    pub limit: u32,
+    /// The most it allows.
+    pub max_limit: u32,
+    /// Tokens held now.
+    pub tokens_in_use: u32,
+    /// Whether all its tokens were taken at some point since the last call.
+    pub all_taken: bool,
+    /// Whether tasks waited on its routes since the last call.
+    pub tasks_waited: bool,
+}
+
+/// One consumerd as the optimizer sees it, from [`Scheduler::consumerd_loads`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerdLoad {
+    /// The consumerd.
+    pub id: ConsumerdId,
+    /// Tasks it wants remote now.
+    pub wanted: u32,
+    /// Tasks it submitted so far.
+    pub submitted: u64,
+    /// Of those, answered by a hook (the cache) so far.
+    pub intercepted: u64,
+}
+
+/// The scheduler's id for a connected agent (never reused while it runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId(pub u32);
+
+/// The scheduler's id for a connected consumerd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConsumerdId(pub u32);
+
+/// The scheduler's id for a task: its consumerd's id and a sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+/// The seed's errors, with their meanings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// No connected agent has the task's toolchain.
+    #[error("no available agents can run this task")]
+    NoAgents,
+    /// The task's stream (its consumerd's connection) is closed.
+    #[error("task stream closed")]
+    StreamClosed,
+    /// A hook rejected the task.
+    #[error("the task has been rejected by the server: {0}")]
+    Rejected(String),
+    /// The task names no toolchain.
+    #[error("invalid or missing toolchain {0}")]
+    InvalidToolchain(ToolchainKey),
+    /// A task id already in flight was submitted again.
+    #[error("task {0} is already in flight")]
+    DuplicateTask(u64),
+}
+
+/// Bounds and policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Placements a task gets in all; when its agent is lost after the last
+    /// one, it goes back to run locally.
+    pub max_attempts: u8,
+    /// Tasks that may wait on one route; past it a task goes back to run
+    /// locally at once.
+    pub max_queued_per_route: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { max_attempts: 3, max_queued_per_route: 4096 }
+    }
+}
+
+/// Who a peer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Its random id.
+    pub node_id: u128,
+    /// Its host name.
+    pub host_name: String,
+}
+
+/// The phases of the state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting to be placed (or being placed).
+    Queued,
+    /// Running on an agent.
+    Assigned,
+    /// Answered, cancelled or sent back to run locally. Final.
+    Ended,
+    /// Owned by a hook until it answers or lets the task proceed.
+    Held,
+}
+
+/// A decoded state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct State {
+    pub(crate) phase: Phase,
+    pub(crate) attempt: u8,
+    pub(crate) agent: u32,
+}
+
+impl State {
+    pub(crate) const fn queued(attempt: u8) -> State {
+        State { phase: Phase::Queued, attempt, agent: 0 }
+    }
+    pub(crate) const fn held(attempt: u8) -> State {
+        State { phase: Phase::Held, attempt, agent: 0 }
+    }
+    pub(crate) const fn assigned(agent: u32, attempt: u8) -> State {
+        State { phase: Phase::Assigned, attempt, agent }
+    }
+    pub(crate) const fn ended() -> State {
+        State { phase: Phase::Ended, attempt: 0, agent: 0 }
+    }
+
+    const fn pack(self) -> u64 {
+        let phase = match self.phase {
+            Phase::Queued => 0,
+            Phase::Assigned => 1,
+            Phase::Ended => 2,
+            Phase::Held => 3,
+        };
+        phase | (self.attempt as u64) << 8 | (self.agent as u64) << 32
+    }
+
+    const fn unpack(word: u64) -> State {
+        let phase = match word & 0xff {
+            0 => Phase::Queued,
+            1 => Phase::Assigned,
+            3 => Phase::Held,
+            _ => Phase::Ended,
+        };
+        State { phase, attempt: ((word >> 8) & 0xff) as u8, agent: (word >> 32) as u32 }
+    }
+}
+
+/// One compile on its way through the scheduler.
+pub struct Task<J: Job> {
+    pub(crate) id: TaskId,
+    /// The consumerd's own id for it.
+    pub(crate) client_id: u64,
+    pub(crate) toolchain: ToolchainKey,
+    state: AtomicU64,
+    pub(crate) body: J::Task,
+    pub(crate) route: Arc<Route<J>>,
+    pub(crate) lane: Arc<Lane<J>>,
+    pub(crate) consumerd: Arc<ConsumerdEntry<J>>,
+}
+
+impl<J: Job> Task<J> {
+    pub(crate) fn new(
+        id: TaskId,
+        client_id: u64,
+        body: J::Task,
+        route: Arc<Route<J>>,
+        lane: Arc<Lane<J>>,
+        consumerd: Arc<ConsumerdEntry<J>>,
+    ) -> Self {
+        Task {
+            id,
+            client_id,
+            toolchain: route.key,
+            state: AtomicU64::new(State::queued(0).pack()),
+            body,
+            route,
+            lane,
+            consumerd,
+        }
+    }
+
+    /// Whether the task has ended (answered, sent back or cancelled).
+    pub fn has_ended(&self) -> bool {
+        self.state().phase == Phase::Ended
+    }
+
+    /// The current state. A snapshot: act on it only through [`Task::transition`].
+    #[inline]
+    pub(crate) fn state(&self) -> State {
+        State::unpack(self.state.load(Ordering::SeqCst))
+    }
+
+    /// Moves from exactly `from` to `to`; false when another transition won.
+    #[inline]
+    pub(crate) fn transition(&self, from: State, to: State) -> bool {
+        self.state.compare_exchange(from.pack(), to.pack(), Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Ends the task from whatever non-final phase it is in; returns the
+    /// state it ended from, or `None` if it had already ended.
+    pub(crate) fn end_from_any(&self) -> Option<State> {
+        loop {
+            let s = self.state();
+            if s.phase == Phase::Ended {
+                return None;
+            }
+            if self.transition(s, State::ended()) {
+                return Some(s);
+            }
+        }
+    }
+
+    /// The scheduler's id of this task.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The id the consumerd gave it.
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// What the agent needs to run it.
+    pub fn body(&self) -> &J::Task {
+        &self.body
+    }
+
+    /// Its route.
+    pub fn toolchain(&self) -> ToolchainKey {
+        self.toolchain
+    }
+}
+
+impl<J: Job> std::fmt::Debug for Task<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task").field("id", &self.id).field("state", &self.state()).finish()
+    }
+}
+
+/// One toolchain's agents and waiting tasks.
+pub(crate) struct Route<J: Job> {
+    pub(crate) key: ToolchainKey,
+    /// A toolchain with this key, for status pages.
+    pub(crate) description: Snapshot<Option<Toolchain>>,
+    pub(crate) agents: Snapshot<Vec<Arc<AgentEntry<J>>>>,
+    pub(crate) lanes: Snapshot<Vec<Arc<Lane<J>>>>,
+    /// Tasks pushed to a lane and not yet popped. May briefly read high
+    /// (popped, not yet counted down) but never low: a push counts itself
+    /// in only after the task is in its lane.
+    pub(crate) queued: CachePadded<AtomicUsize>,
+    /// Round-robin position over lanes.
+    pub(crate) cursor: AtomicUsize,
+    /// Rotating start of the agent window for large routes.
+    pub(crate) window: AtomicUsize,
+    /// Set when a task had to wait; the optimizer reads and clears it.
+    pub(crate) waited: AtomicBool,
+}
+
+/// One consumerd's waiting tasks on one route.
+pub(crate) struct Lane<J: Job> {
+    pub(crate) node_id: u128,
+    pub(crate) queue: Queue<Arc<Task<J>>>,
+    /// Set once, when the consumerd leaves; a push that finds it set drains
+    /// the lane itself (the leaver's drain may already have run).
+    pub(crate) detached: AtomicBool,
+    /// Whether the consumerd currently announces this toolchain.
+    pub(crate) advertised: AtomicBool,
+}
+
+impl<J: Job> Route<J> {
+    pub(crate) fn new(key: ToolchainKey) -> Self {
+        Route {
+            key,
+            description: Snapshot::new(None),
+            agents: Snapshot::new(Vec::new()),
+            lanes: Snapshot::new(Vec::new()),
+            queued: CachePadded::new(AtomicUsize::new(0)),
+            cursor: AtomicUsize::new(0),
+            window: AtomicUsize::new(0),
+            waited: AtomicBool::new(false),
+        }
+    }
+
+    /// Tasks waiting on this route.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_unused(&self) -> bool {
+        self.agents.load().is_empty() && self.lanes.load().is_empty()
+    }
+}
+
+/// Samples kept per agent between two optimizer ticks; the oldest is dropped
+/// when the ring is full.
+pub const SAMPLE_RING: usize = 64;
+
+/// How a task ends (the transition to ENDED already happened).
+pub(crate) enum Ending<A> {
+    Answered(A),
+    Intercepted(A),
+    RunLocally(RetryReason),
+    Cancelled,
+}
+
+/// What an agent's outbox carries.
+pub(crate) enum AgentEvent<J: Job> {
+    Assign(Arc<Task<J>>),
+    Cancel(TaskId),
+}
+
+/// A connected agent.
+pub(crate) struct AgentEntry<J: Job> {
+    pub(crate) id: AgentId,
+    pub(crate) node_id: u128,
+    pub(crate) host_name: String,
+    pub(crate) tokens: TokenPool,
+    /// The most tokens the agent allows (its `--jobs`).
+    pub(crate) max_limit: AtomicU32,
+    pub(crate) outbox: Outbox<AgentEvent<J>>,
+    pub(crate) routes: Snapshot<Vec<Arc<Route<J>>>>,
+    pub(crate) counters: AgentCounters,
+    /// CPU samples for the optimizer thread (a bounded lock-free ring).
+    pub(crate) samples: crossbeam_queue::ArrayQueue<CpuSample>,
+    /// Set when a placement took its last free token; the optimizer reads
+    /// and clears it once per interval ("all tokens were taken").
+    pub(crate) full_seen: AtomicBool,
+}
+
+/// A connected consumerd.
+pub(crate) struct ConsumerdEntry<J: Job> {
+    pub(crate) id: ConsumerdId,
+    pub(crate) node_id: u128,
+    pub(crate) host_name: String,
+    pub(crate) outbox: Outbox<Answer<J::Answer>>,
+    pub(crate) counters: ConsumerdCounters,
+    /// Tasks in flight, published by the session for status pages.
+    pub(crate) in_flight: AtomicU64,
+    /// Its preferred remote limit, set by the optimizer.
+    pub(crate) remote_limit: AtomicU32,
+    /// What it last said it wants remote (`u32::MAX`: it never said; the
+    /// optimizer then uses its tasks in flight).
+    pub(crate) demand: AtomicU32,
+}
+
+/// A task's answer, for its consumerd.
+#[derive(Debug)]
+pub struct Answer<A> {
+    /// The consumerd's id for the task.
+    pub client_id: u64,
+    /// The scheduler's id for the task.
+    pub task: TaskId,
+    /// What happened.
+    pub reply: Reply<A>,
+}
+
+/// What happened to a task.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply<A> {
+    /// An agent's answer.
+    Done(A),
+    /// A hook's answer (a cache hit).
+    Intercepted(A),
+    /// Compile it locally, for this reason.
+    RunLocally(RetryReason),
+}
+
+/// What an agent's connection sends next.
+#[derive(Debug)]
+pub enum Dispatch<J: Job> {
+    /// Run this task.
+    Assign(Arc<Task<J>>),
+    /// Stop running this task; still answer it (any outcome) so that its
+    /// token comes back.
+    Cancel(TaskId),
+}
+
+/// Why a completion was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompleteError {
+    /// The agent answered a task it does not hold (never sent, or answered twice).
+    #[error("agent answered task {0:?}, which it does not hold")]
+    UnknownTask(TaskId),
+}
+
+#[cfg(all(test, not(ccroute_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_words_round_trip() {
+        for s in [State::queued(0), State::queued(7), State::held(2), State::assigned(u32::MAX, 255), State::ended()] {
+            assert_eq!(State::unpack(s.pack()), s);
+        }
+        assert_ne!(State::assigned(1, 0).pack(), State::assigned(1, 1).pack(), "attempts are part of the word");
+        assert_ne!(State::assigned(1, 0).pack(), State::assigned(2, 0).pack(), "agents are part of the word");
+    }
+}
