@@ -30,18 +30,20 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ccroute::agent::executor::test_object;
-use ccroute::agent::toolchain::test_toolchain;
-use ccroute::cli::{bundled_sample, flipped, online_cpus};
+use ccroute::cli::bundled_sample;
 use ccroute::cluster::{wait_for, ClusterConfig, LocalCluster};
 use ccroute::consumerd::link::Link;
 use ccroute::consumerd::{Config as ConsumerdConfig, Consumerd, Remote, RemoteJob, Stats};
+use ccroute::host::online_cpus;
+use ccroute::local_socket::SocketPath;
 use ccroute::net::CertRole;
 use ccroute::scheduler::NetJob;
-use ccroute::wrapper::socket::SocketPath;
+use ccroute::toolchain::test_toolchain;
 use ccroute_core::Scheduler;
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -309,20 +311,20 @@ async fn ccroute_build(
     let mut config = ConsumerdConfig::new(SocketPath::explicit(socket));
     config.local_slots = online_cpus();
     config.prefer_remote = prefer_remote;
-    let (stop_tx, stop) = watch::channel(false);
+    let stop = CancellationToken::new();
     let daemon = Consumerd::bind(config)?;
     let socket = daemon.socket_path().to_path_buf();
     let stats = daemon.stats();
     let link = cluster.link(stats.clone())?;
     let window = link.window();
-    let serving = tokio::spawn(daemon.serve(Arc::new(link), flipped(stop)));
+    let serving = tokio::spawn(daemon.serve(Arc::new(link), stop.clone()));
     wait_for("the consumerd to connect", || *window.borrow() > 0).await?;
     let t0 = Instant::now();
     let made = make(sample, build_dir, goals, Some((&exe, &socket)), cluster.tmp.as_path()).await;
     let secs = t0.elapsed().as_secs_f64();
     let s = stats.snapshot();
     let window_then = *window.borrow();
-    let _ = stop_tx.send(true);
+    stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
     made?;
     Ok(Build {

@@ -8,14 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::daemon::AgentConfig;
 use crate::consumerd::link::{Link, LinkConfig};
 use crate::consumerd::{Config as ConsumerdConfig, Consumerd, Remote, Stats};
-use crate::net::{tls, CertRole, Identity, TransportOptions};
+use crate::local_socket::SocketPath;
+use crate::net::{tls, CertRole, Identity};
 use crate::scheduler::{NetJob, Server, ServerConfig};
-use crate::wrapper::socket::SocketPath;
 use ccroute_core::Scheduler;
 
 /// What to run.
@@ -45,7 +46,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             agents: 1,
-            agent_jobs: crate::cli::online_cpus(),
+            agent_jobs: crate::host::online_cpus(),
             discover: true,
             test_toolchain: false,
             cache_dir: None,
@@ -69,8 +70,16 @@ pub struct LocalCluster {
     pub socket: PathBuf,
     /// The consumerd's counters, when one runs.
     pub consumerd_stats: Option<Arc<Stats>>,
-    stop: watch::Sender<bool>,
-    serving: tokio::task::JoinHandle<()>,
+    /// Cancelled to stop every part (also when the cluster is dropped).
+    stop: CancellationToken,
+    /// Every part's task: the scheduler, the agents, the consumerd.
+    tasks: TaskTracker,
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -91,7 +100,8 @@ impl LocalCluster {
         let dir = tempfile::Builder::new().prefix("ccroute-cluster-").tempdir()?;
         let tls_dir = dir.path().join("tls");
         tls::init(&tls_dir, false)?;
-        let (stop, stopped) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
 
         let mut server_config = ServerConfig::new("127.0.0.1:0".parse()?, tls::load(&tls_dir, CertRole::Scheduler)?);
         if let Some(cache) = &config.cache_dir {
@@ -103,24 +113,17 @@ impl LocalCluster {
         let server = Server::bind(server_config).await?;
         let addr = server.local_addr()?;
         let scheduler = server.scheduler().clone();
-        let serving = tokio::spawn(server.serve(crate::cli::flipped(stopped.clone())));
+        tasks.spawn(server.serve(stop.clone()));
 
         let identity = Arc::new(tls::load(&tls_dir, CertRole::Agent)?);
         for i in 0..config.agents {
-            let agent = AgentConfig {
-                scheduler: addr,
-                identity: identity.clone(),
-                transport: TransportOptions::default(),
-                jobs: config.agent_jobs,
-                compilers: vec![],
-                discover: config.discover,
-                test_toolchain: config.test_toolchain,
-                scratch_parent: crate::agent::executor::default_scratch_parent(),
-                node_id: crate::net::random_id(),
-                host_name: format!("agent-{}", i + 1),
-            };
-            let stopped = stopped.clone();
-            tokio::spawn(async move {
+            let mut agent = AgentConfig::new(addr, identity.clone());
+            agent.jobs = config.agent_jobs;
+            agent.discover = config.discover;
+            agent.test_toolchain = config.test_toolchain;
+            agent.host_name = format!("agent-{}", i + 1);
+            let stopped = stop.clone();
+            tasks.spawn(async move {
                 if let Err(e) = crate::agent::daemon::run(agent, stopped).await {
                     tracing::error!(error = %e, "agent failed");
                 }
@@ -137,19 +140,20 @@ impl LocalCluster {
             let daemon = Consumerd::bind(c)?;
             let stats = daemon.stats();
             let link = Link::start(
-                link_config(addr, tls::load(&tls_dir, CertRole::Consumerd)?),
+                LinkConfig::new(addr, tls::load(&tls_dir, CertRole::Consumerd)?),
                 stats.clone(),
-                stopped.clone(),
+                stop.clone(),
             );
             let window = link.window();
             let remote: Arc<dyn Remote> = Arc::new(link);
-            tokio::spawn(daemon.serve(remote, crate::cli::flipped(stopped.clone())));
+            tasks.spawn(daemon.serve(remote, stop.clone()));
             if config.agents > 0 {
                 wait_for("the consumerd to connect", || *window.borrow() > 0).await?;
             }
             consumerd_stats = Some(stats);
         }
-        Ok(LocalCluster { dir, addr, scheduler, socket, consumerd_stats, stop, serving })
+        tasks.close();
+        Ok(LocalCluster { dir, addr, scheduler, socket, consumerd_stats, stop, tasks })
     }
 
     /// The certificate directory.
@@ -171,24 +175,13 @@ impl LocalCluster {
     /// # Errors
     /// When the certificate cannot be read.
     pub fn link(&self, stats: Arc<Stats>) -> Result<Link, BoxError> {
-        Ok(Link::start(link_config(self.addr, self.identity(CertRole::Consumerd)?), stats, self.stop.subscribe()))
+        Ok(Link::start(LinkConfig::new(self.addr, self.identity(CertRole::Consumerd)?), stats, self.stop.child_token()))
     }
 
-    /// Stops everything and waits (at most 15 s) for the scheduler to finish.
+    /// Stops everything and waits (at most 15 s) for every part to finish.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(15), self.serving).await;
-    }
-}
-
-/// The consumerd's link settings for a scheduler.
-pub fn link_config(scheduler: SocketAddr, identity: Identity) -> LinkConfig {
-    LinkConfig {
-        scheduler,
-        identity: Arc::new(identity),
-        transport: TransportOptions::default(),
-        node_id: crate::net::random_id(),
-        host_name: crate::cli::host_name(),
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.tasks.wait()).await;
     }
 }
 

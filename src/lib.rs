@@ -8,8 +8,14 @@
 //!   what an agent may run.
 //! - [`wrapper`]: the short process make and ninja run for every compile.
 //! - `consumerd` (feature `daemon`): the local daemon the wrapper talks to.
-//! - [`agent`]: toolchain discovery, the CPU sampler, cgroups, and (feature
-//!   `daemon`) the compile executor and the agent daemon.
+//! - [`agent`]: the CPU sampler, cgroups, and (feature `daemon`) the
+//!   compile executor and the agent daemon.
+//! - [`toolchain`]: a compiler's identity and discovery, which the agent
+//!   (what it offers) and the consumerd (what a compile needs) share.
+//! - [`host`]: facts about this machine: CPUs, host name, mounts, whether a
+//!   process runs.
+//! - [`local_socket`]: where the wrapper and the consumerd meet: the socket
+//!   path, its directory's rules, the one-instance lock.
 //! - [`cache`]: the result cache's storage tiers.
 //! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - `cli`, `cluster` (feature `daemon`): the command line, and a whole
@@ -24,9 +30,12 @@ pub mod cli;
 pub mod cluster;
 #[cfg(feature = "daemon")]
 pub mod consumerd;
+pub mod host;
+pub mod local_socket;
 #[cfg(feature = "daemon")]
 pub mod net;
 #[cfg(feature = "daemon")]
 pub mod scheduler;
 pub mod test_env;
+pub mod toolchain;
 pub mod wrapper;

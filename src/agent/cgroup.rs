@@ -196,39 +196,10 @@ impl CgroupMount {
     }
 }
 
-/// One line of `/proc/<pid>/mountinfo`, its paths unescaped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount<'a> {
-    /// The path within the mounted file system that is mounted.
-    pub root: String,
-    /// Where it is mounted.
-    pub mount_point: PathBuf,
-    /// The file system type (`ext4`, `tmpfs`, `cgroup2`, ...).
-    pub fstype: &'a str,
-    /// Super options (`rw,cpu,cpuacct`).
-    pub super_options: &'a str,
-}
-
-/// Every mount in the text of `/proc/<pid>/mountinfo`; malformed lines are
-/// skipped.
-pub fn mounts(text: &str) -> impl Iterator<Item = Mount<'_>> {
-    text.lines().filter_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        // id parent maj:min root mount-point options [optional...] - fstype source super-options
-        let sep = fields.iter().skip(6).position(|f| *f == "-")? + 6;
-        Some(Mount {
-            root: unescape_mountinfo(fields.get(3)?),
-            mount_point: PathBuf::from(unescape_mountinfo(fields.get(4)?)),
-            fstype: fields.get(sep + 1)?,
-            super_options: fields.get(sep + 3)?,
-        })
-    })
-}
-
 /// Parses the cgroup and cgroup2 mounts out of `/proc/<pid>/mountinfo`;
 /// other mounts and malformed lines are skipped.
 pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
-    mounts(text)
+    crate::host::mounts(text)
         .filter_map(|m| {
             let is_v2 = match m.fstype {
                 "cgroup" => false,
@@ -239,29 +210,6 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
             Some(CgroupMount { root: m.root, mount_point: m.mount_point, is_v2, super_options })
         })
         .collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\134` for `\`).
-fn unescape_mountinfo(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal =
-            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match octal {
-            Some(d) => {
-                let v = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-                out.push(u8::try_from(v).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A child cgroup with a CFS quota; removed again on drop.

@@ -17,14 +17,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ccroute_wire::{Frame, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader, Toolchain};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
-use super::toolchain::{discover, test_toolchain};
 use crate::net::{self, Identity, NetError, TransportOptions};
+use crate::toolchain::{discover, test_toolchain};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -51,6 +50,28 @@ pub struct AgentConfig {
     pub host_name: String,
 }
 
+impl AgentConfig {
+    /// The defaults, for an agent of `scheduler` with `identity`: a job per
+    /// online CPU, compilers discovered in `PATH`, no test toolchain, scratch
+    /// on a memory file system when there is one, a random node id, this
+    /// host's name. The command line and the in-process cluster both start
+    /// here, so a new setting has one default.
+    pub fn new(scheduler: SocketAddr, identity: Arc<Identity>) -> AgentConfig {
+        AgentConfig {
+            scheduler,
+            identity,
+            transport: TransportOptions::default(),
+            jobs: crate::host::online_cpus(),
+            compilers: Vec::new(),
+            discover: true,
+            test_toolchain: false,
+            scratch_parent: crate::agent::executor::default_scratch_parent(),
+            node_id: crate::net::random_id(),
+            host_name: crate::host::host_name(),
+        }
+    }
+}
+
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -62,11 +83,11 @@ pub enum AgentError {
     NoToolchains,
 }
 
-/// Runs the agent until `shutdown` flips to true.
+/// Runs the agent until `shutdown` is cancelled.
 ///
 /// # Errors
 /// [`AgentError`] when it cannot start; connection trouble is retried, not returned.
-pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
     let (toolchains, paths) = offered(&config).await;
     if toolchains.is_empty() {
         return Err(AgentError::NoToolchains);
@@ -83,13 +104,13 @@ pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Re
     let mut sampler = CpuSampler::new();
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
-    while !*shutdown.borrow() {
+    while !shutdown.is_cancelled() {
         let started = Instant::now();
         match connect(&config, &toolchains).await {
             Ok((conn, writer, reader, limit)) => {
                 tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
                 last_error = None;
-                let lost = serve(&conn, writer, reader, &executor, &mut sampler, &mut shutdown).await;
+                let lost = serve(&conn, writer, reader, &executor, &mut sampler, &shutdown).await;
                 match lost {
                     Some(e) => tracing::warn!(scheduler = %config.scheduler, error = %e, "scheduler connection lost"),
                     None => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
@@ -105,7 +126,7 @@ pub async fn run(config: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Re
         }
         tokio::select! {
             () = tokio::time::sleep(backoff.after(started.elapsed())) => {}
-            _ = shutdown.changed() => {}
+            () = shutdown.cancelled() => {}
         }
     }
     Ok(())
@@ -158,7 +179,7 @@ async fn serve(
     mut reader: net::FrameReader,
     executor: &Arc<Executor>,
     sampler: &mut CpuSampler,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &CancellationToken,
 ) -> Option<String> {
     let mut uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
     let mut running: HashMap<u64, CancellationToken> = HashMap::new();
@@ -210,7 +231,7 @@ async fn serve(
                 continue;
             }
             e = writer.failed() => break Some(e.to_string()),
-            _ = shutdown.changed() => break None,
+            () = shutdown.cancelled() => break None,
         };
         match frame.message {
             Message::Task(header) => {

@@ -1,5 +1,6 @@
-//! The agent: toolchain discovery, the compile executor, the CPU sampler,
-//! and CPU-limited cgroups.
+//! The agent: the compile executor, the CPU sampler, and CPU-limited
+//! cgroups (toolchain discovery, shared with the consumerd, is
+//! [`crate::toolchain`]).
 
 pub mod cgroup;
 #[cfg(feature = "daemon")]
@@ -7,4 +8,3 @@ pub mod daemon;
 #[cfg(feature = "daemon")]
 pub mod executor;
 pub mod sampler;
-pub mod toolchain;

@@ -381,7 +381,7 @@ mod sys {
         let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
         match u32::try_from(n) {
             Ok(n) if n > 0 => n,
-            _ => std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            _ => crate::host::online_cpus(),
         }
     }
 

@@ -447,18 +447,9 @@ fn is_stale_temp(name: &str, modified: Option<SystemTime>) -> bool {
     match pid {
         // This process may have another tier on the same directory, writing now.
         Some(pid) if pid == std::process::id() => false,
-        Some(pid) => !process_runs(pid),
+        Some(pid) => !crate::host::process_runs(pid),
         None => true,
     }
-}
-
-/// Whether process `pid` runs on this host. Where that cannot be told, yes,
-/// leaving its temp files to the age rule. A writer in another pid namespace
-/// looks gone: its temp file is deleted and its put fails, which loses one
-/// write and corrupts nothing. (Also the agent's rule for its scratch roots.)
-pub(crate) fn process_runs(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
 }
 
 fn remove_quietly(path: &Path) {

@@ -88,7 +88,7 @@ fn check_arg(arg: &str) -> Result<(), &'static str> {
     }
     if arg.starts_with("-W") {
         if let Some(list) = arg.strip_prefix("-Wa,") {
-            if super::assembler_options_remote(list) {
+            if super::spec::assembler_options_remote(list) {
                 return Ok(());
             }
         }
@@ -152,10 +152,10 @@ pub fn validate(spec: &TaskSpec) -> Result<(), RefusedArg> {
     }
     check_input_path(&spec.input_path)?;
     for (name, value) in &spec.env {
-        if !crate::cc::plan::DIAGNOSTIC_ENV.contains(&name.as_str()) {
+        if !super::spec::DIAGNOSTIC_ENV.contains(&name.as_str()) {
             return Err(refuse(name, "not an environment variable the agent passes on"));
         }
-        if !env_value_ok(value) {
+        if !super::spec::env_value_ok(value) {
             return Err(refuse(value, "environment value is not short printable ASCII"));
         }
     }
@@ -167,40 +167,8 @@ pub fn validate(spec: &TaskSpec) -> Result<(), RefusedArg> {
     Ok(())
 }
 
-/// An environment value the agent passes on: printable ASCII, at most 256 bytes.
-pub(crate) fn env_value_ok(v: &str) -> bool {
-    v.len() <= 256 && v.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
-/// A clean input path: not empty, no NUL, `..` only at the start of a
-/// relative path, `.` only as one leading `./`, ends in a file name. On the
-/// string, not on `Path::components`, which silently drops inner `.`s.
-pub(crate) fn input_path_problem(p: &str) -> Option<&'static str> {
-    if p.is_empty() || p.contains('\0') {
-        return Some("input path is empty or has a NUL");
-    }
-    let absolute = p.starts_with('/');
-    let mut seen_normal = false;
-    let mut last = "";
-    for (i, seg) in p.split('/').enumerate() {
-        last = seg;
-        match seg {
-            "" => {}
-            "." if i > 0 => return Some("input path has `.` inside"),
-            "." => {}
-            ".." if seen_normal || absolute => return Some("input path has `..` after a directory name"),
-            ".." => {}
-            _ => seen_normal = true,
-        }
-    }
-    if matches!(last, "" | "." | "..") {
-        return Some("input path does not end in a file name");
-    }
-    None
-}
-
 fn check_input_path(p: &str) -> Result<(), RefusedArg> {
-    match input_path_problem(p) {
+    match super::spec::input_path_problem(p) {
         Some(why) => Err(refuse(p, why)),
         None => Ok(()),
     }

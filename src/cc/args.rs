@@ -256,7 +256,7 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
         if let Some((_, why)) = LOCAL_EXACT.iter().find(|(name, _)| *name == arg) {
             return Err(local(arg, why));
         }
-        if arg.strip_prefix("-Wa,").is_some_and(super::assembler_options_remote) {
+        if arg.strip_prefix("-Wa,").is_some_and(super::spec::assembler_options_remote) {
             pp.push(raw.clone());
             s.remote.push(arg.to_owned());
             continue;

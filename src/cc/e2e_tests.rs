@@ -29,7 +29,7 @@ const SYS_HEADER: &str =
 
 /// What one way of compiling produced.
 #[derive(Debug, PartialEq, Eq)]
-struct Outcome {
+struct Observed {
     status: i32,
     object: Option<Vec<u8>>,
     deps: Vec<(String, Vec<u8>)>,
@@ -89,11 +89,11 @@ fn subst(args: &[&str], root: &Path) -> Vec<OsString> {
     args.iter().map(|a| OsString::from(a.replace("{P}", root.to_str().unwrap()))).collect()
 }
 
-fn local_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString], output: &Path) -> Outcome {
+fn local_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString], output: &Path) -> Observed {
     let out = Command::new(compiler).args(args).current_dir(cwd).output().unwrap();
     let object = std::fs::read(output).ok();
     let _ = std::fs::remove_file(output);
-    Outcome {
+    Observed {
         status: out.status.code().unwrap_or(-1),
         object,
         deps: p.take_deps(),
@@ -101,7 +101,7 @@ fn local_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString], out
     }
 }
 
-fn remote_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString]) -> (Outcome, PathBuf) {
+fn remote_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString]) -> (Observed, PathBuf) {
     let family = Family::of_compiler(Path::new(compiler));
     let plan = match classify(family, args, cwd, |_| None) {
         Classification::Remote(plan) => plan,
@@ -131,7 +131,7 @@ fn remote_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString]) ->
     stderr.push_str(&String::from_utf8_lossy(&cmd.rewrite_output(&out.stderr)));
     let object = std::fs::read(&plan.output).ok();
     let _ = std::fs::remove_file(&plan.output);
-    let outcome = Outcome { status: out.status.code().unwrap_or(-1), object, deps: p.take_deps(), stderr };
+    let outcome = Observed { status: out.status.code().unwrap_or(-1), object, deps: p.take_deps(), stderr };
     (outcome, plan.output)
 }
 

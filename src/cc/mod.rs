@@ -15,24 +15,27 @@
 //!   to send, plus what it tells ([`Preprocessed`]); [`find_unsafe_pragma`]
 //!   for the pragmas the preprocessor consumes and the agent would miss.
 //! - [`validate`] ([`allow`]): the agent's allow-list for a received spec.
-//! - [`agent_command`] ([`agent`]): the agent's compiler command, scratch
+//! - [`agent_command`] ([`layout`]): the agent's compiler command, scratch
 //!   layout and diagnostics rewrite; [`prefix_map`] composes its prefix maps
 //!   with the user's.
 //! - [`resolve_compiler`] ([`resolve`]): `ccroute gcc`, `ccroute /usr/bin/cc`
 //!   and masquerade symlinks → the real compiler.
 //! - [`lang`]: languages by extension and `-x`, build-system probes.
+//! - [`spec`]: the rules a compile spec must meet, which the consumerd's
+//!   classification and the agent's allow-list both apply.
 //!
 //! Left out: running any process (the consumerd and agent do), the toolchain
 //! identity (`crate::agent`), Objective-C, assembler and every other language.
 
-pub mod agent;
 pub mod allow;
 pub(crate) mod args;
 pub mod lang;
+pub mod layout;
 pub mod plan;
 pub mod prefix_map;
 pub mod preprocessed;
 pub mod resolve;
+pub mod spec;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -41,40 +44,12 @@ mod e2e_tests;
 use std::ffi::OsStr;
 use std::path::Path;
 
-pub use agent::{agent_command, AgentCommand, AgentSetupError};
 pub use allow::{validate, RefusedArg};
 pub use lang::Language;
+pub use layout::{agent_command, AgentCommand, AgentSetupError};
 pub use plan::{classify, Classification, RemotePlan};
 pub use preprocessed::{find_unsafe_pragma, postprocess, Preprocessed};
 pub use resolve::{resolve_compiler, ResolveError};
-
-/// Assembler options (`-Wa,a,b`) that may go remote: each changes only the
-/// object the assembler writes, names no file, and reads nothing; the
-/// consumerd's classification and the agent's allow-list both check this one
-/// list. Anything else after `-Wa,` keeps a compile local (`-Wa,-adhln=x`
-/// writes a listing file, `-Wa,@file` reads one).
-const REMOTE_ASSEMBLER_OPTIONS: &[&str] = &[
-    "--noexecstack",
-    "--execstack",
-    "--nocompress-debug-sections",
-    "--compress-debug-sections",
-    "--compress-debug-sections=none",
-    "--compress-debug-sections=zlib",
-    "--compress-debug-sections=zlib-gnu",
-    "--compress-debug-sections=zlib-gabi",
-    "--compress-debug-sections=zstd",
-    "-mrelax-relocations=yes",
-    "-mrelax-relocations=no",
-    "--generate-missing-build-notes=yes",
-    "--generate-missing-build-notes=no",
-    "-mx86-used-note=yes",
-    "-mx86-used-note=no",
-];
-
-/// Whether the options of one `-Wa,` argument (what follows the comma) may go remote.
-pub(crate) fn assembler_options_remote(list: &str) -> bool {
-    !list.is_empty() && list.split(',').all(|o| REMOTE_ASSEMBLER_OPTIONS.contains(&o))
-}
 
 /// Compiler family: decides the preprocessing mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

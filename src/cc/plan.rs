@@ -72,7 +72,7 @@ impl RemotePlan {
     /// file (bison, flex) points at a file the agent does not have as the
     /// client has it.
     pub fn diagnostics_trusted(&self, text: &Preprocessed) -> bool {
-        let macro_debug = self.family == Family::Gnu && super::agent::macro_debug(&self.spec.args);
+        let macro_debug = self.family == Family::Gnu && super::layout::macro_debug(&self.spec.args);
         !macro_debug && !text.renamed_files
     }
 
@@ -182,15 +182,11 @@ fn plan(
     Ok(RemotePlan { family, preprocess_args, spec, input: cwd.join(&input), output: cwd.join(output_name), language })
 }
 
-/// The variables [`TaskSpec::env`] carries, when set: what the compiler's
-/// messages depend on.
-pub const DIAGNOSTIC_ENV: &[&str] = &["LANG", "LC_ALL", "LC_MESSAGES", "LC_CTYPE", "GCC_COLORS"];
-
 fn diagnostic_env(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<(String, String)> {
-    DIAGNOSTIC_ENV
+    super::spec::DIAGNOSTIC_ENV
         .iter()
         .filter_map(|k| env(k).and_then(|v| v.into_string().ok()).map(|v| ((*k).to_owned(), v)))
-        .filter(|(_, v)| super::allow::env_value_ok(v))
+        .filter(|(_, v)| super::spec::env_value_ok(v))
         .collect()
 }
 
@@ -232,7 +228,7 @@ fn cwd_string(cwd: &Path) -> Result<String, LocalReason> {
 /// An input path the agent can recreate under the same name (the agent's
 /// own rule, [`super::allow`]).
 fn check_input_path(input: &str) -> Result<(), LocalReason> {
-    match super::allow::input_path_problem(input) {
+    match super::spec::input_path_problem(input) {
         Some(why) => Err(LocalReason::InputPath(input.to_owned(), why)),
         None => Ok(()),
     }

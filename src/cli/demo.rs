@@ -7,8 +7,9 @@
 //! and the scheduler's routes and totals.
 
 use super::args::DemoArgs;
-use super::{bundled_sample, online_cpus, status, BoxError};
+use super::{bundled_sample, status, BoxError};
 use crate::cluster::{make, ClusterConfig, LocalCluster};
+use crate::host::online_cpus;
 use crate::net::CertRole;
 
 /// Runs the demo.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use self::args::{AgentArgs, CertsAction, Cli, Command, ConsumerdArgs, SchedulerArgs};
 use crate::net::{tls, CertRole, TransportOptions};
@@ -101,7 +101,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         Command::Scheduler(a) => runtime(None)?.block_on(scheduler(a)),
         Command::Agent(a) => {
             let file = args::load_file()?;
-            let jobs = a.jobs.or(file.jobs).unwrap_or_else(online_cpus);
+            let jobs = a.jobs.or(file.jobs).unwrap_or_else(crate::host::online_cpus);
             // Each running compile holds a blocking thread while it waits.
             runtime(Some(jobs as usize + 16))?.block_on(agent(a, file, jobs))
         }
@@ -136,23 +136,10 @@ fn runtime(blocking: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> 
     b.build()
 }
 
-/// Online CPUs of this host.
-pub fn online_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-}
-
-/// This host's name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// A receiver that flips to true on SIGINT or SIGTERM.
-pub fn signals() -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
+/// A token cancelled on SIGINT or SIGTERM: the shutdown every daemon takes.
+pub fn signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
     tokio::spawn(async move {
         let term = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -167,18 +154,9 @@ pub fn signals() -> watch::Receiver<bool> {
             () = term => {}
         }
         tracing::info!("shutting down (signal)");
-        let _ = tx.send(true);
+        cancel.cancel();
     });
-    rx
-}
-
-/// Resolves when `rx` flips to true.
-pub async fn flipped(mut rx: watch::Receiver<bool>) {
-    while !*rx.borrow() {
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
+    token
 }
 
 fn load_identity(dir: &Path, role: CertRole) -> Result<crate::net::Identity, BoxError> {
@@ -221,30 +199,32 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     let server = crate::scheduler::Server::bind(config).await?;
     // Scripts and tests read the bound address (port 0 resolved) from here.
     println!("ccroute scheduler listening on {}", server.local_addr()?);
-    server.serve(flipped(signals())).await;
+    server.serve(signals()).await;
     Ok(())
 }
 
 async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), BoxError> {
-    let config = crate::agent::daemon::AgentConfig {
-        scheduler: args::scheduler_addr(a.scheduler.as_ref(), &file)?,
-        identity: Arc::new(load_identity(&args::tls_dir(&a.tls, &file), CertRole::Agent)?),
-        transport: TransportOptions::default(),
-        jobs,
-        compilers: a.compilers,
-        discover: !a.no_discover,
-        test_toolchain: a.test_toolchain,
-        scratch_parent: a.scratch_dir.unwrap_or_else(crate::agent::executor::default_scratch_parent),
-        node_id: crate::net::random_id(),
-        host_name: a.name.unwrap_or_else(host_name),
-    };
+    let mut config = crate::agent::daemon::AgentConfig::new(
+        args::scheduler_addr(a.scheduler.as_ref(), &file)?,
+        Arc::new(load_identity(&args::tls_dir(&a.tls, &file), CertRole::Agent)?),
+    );
+    config.jobs = jobs;
+    config.compilers = a.compilers;
+    config.discover = !a.no_discover;
+    config.test_toolchain = a.test_toolchain;
+    if let Some(dir) = a.scratch_dir {
+        config.scratch_parent = dir;
+    }
+    if let Some(name) = a.name {
+        config.host_name = name;
+    }
     crate::agent::daemon::run(config, signals()).await?;
     Ok(())
 }
 
 async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     use crate::consumerd::{Config, Consumerd, NoRemote, Remote};
-    use crate::wrapper::socket::SocketPath;
+    use crate::local_socket::SocketPath;
     let file = args::load_file()?;
     let socket = match a.socket.clone().or(file.socket.clone()) {
         Some(p) => SocketPath::explicit(p),
@@ -266,7 +246,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     }
     if let Some(s) = a.idle_exit {
         config.idle_exit = Duration::from_secs(s);
-    } else if std::env::var_os(crate::wrapper::socket::SPAWNED_ENV).is_some() {
+    } else if std::env::var_os(crate::local_socket::SPAWNED_ENV).is_some() {
         config.idle_exit = crate::consumerd::SPAWNED_IDLE_EXIT;
     }
     let daemon = Consumerd::bind(config)?;
@@ -280,7 +260,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
             let addr = args::parse_addr(addr)?;
             match tls::load(&args::tls_dir(&a.tls, &file), CertRole::Consumerd) {
                 Ok(identity) => Arc::new(crate::consumerd::link::Link::start(
-                    crate::cluster::link_config(addr, identity),
+                    crate::consumerd::link::LinkConfig::new(addr, identity),
                     daemon.stats(),
                     shutdown.clone(),
                 )),
@@ -292,7 +272,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
         }
     };
     tracing::info!(socket = %daemon.socket_path().display(), "consumerd ready");
-    let ended = daemon.serve(remote, flipped(shutdown)).await;
+    let ended = daemon.serve(remote, shutdown).await;
     tracing::info!(?ended, "consumerd stopped");
     Ok(())
 }

@@ -37,7 +37,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
         body: HelloBody {
             role: Role::Admin,
             node_id: crate::net::random_id(),
-            host_name: super::host_name(),
+            host_name: crate::host::host_name(),
             system: net::system_info(),
             toolchains: vec![],
             usage_limit: 0,

@@ -29,15 +29,15 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::ipc::{ConnId, Inbound, IpcHandle, Outbound};
+use super::ipc::{ConnId, IpcEvent, IpcHandle, Outbound};
 use super::slots::{Grant, Slots, Want};
-use super::{Compiled, Config, Ended, Remote, RemoteJob, Stats};
-use crate::agent::toolchain::ToolchainCache;
+use super::{Compiled, Config, Ended, Remote, RemoteError, RemoteJob, Stats};
+use crate::toolchain::ToolchainMemo;
 
 /// The outcome of background work for a connection.
 enum Done {
     Toolchain(Result<Arc<Toolchain>, String>),
-    Remote(Result<Compiled, String>),
+    Remote(Result<Compiled, RemoteError>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,20 +46,20 @@ enum WorkKind {
     Remote,
 }
 
-enum Lookup {
+enum IdentityLookup {
     Pending,
     Ready(Arc<Toolchain>),
     Failed(String),
 }
 
-enum State {
+enum ConnState {
     /// In line for a first grant.
     Queued,
     /// `RunLocally` sent: a local slot is held.
     Local,
     /// `Preprocess` sent: a remote slot is held; the wrapper preprocesses
     /// while the compiler's identity is looked up.
-    Preprocessing { lookup: Lookup, source: Option<(Bytes, bool)> },
+    Preprocessing { lookup: IdentityLookup, source: Option<(Bytes, bool)> },
     /// The remote compile runs: a remote slot is held.
     Compiling { task: AbortHandle, started: Instant, bytes: usize },
     /// Back in line, for a local slot this time.
@@ -72,7 +72,7 @@ struct Conn {
     compiler: PathBuf,
     spec: TaskSpec,
     pid: u32,
-    state: State,
+    state: ConnState,
 }
 
 /// Owns the connections' states and drives them.
@@ -81,7 +81,7 @@ pub(super) struct Dispatcher {
     ipc: IpcHandle,
     slots: Slots,
     conns: HashMap<ConnId, Conn>,
-    toolchains: Arc<ToolchainCache>,
+    toolchains: Arc<ToolchainMemo>,
     work: JoinSet<Done>,
     work_owner: HashMap<tokio::task::Id, (ConnId, WorkKind)>,
     stats: Arc<Stats>,
@@ -134,7 +134,7 @@ impl Dispatcher {
             ipc,
             slots: Slots::new(config.local_slots, 0).prefer_remote(config.prefer_remote),
             conns: HashMap::new(),
-            toolchains: Arc::new(ToolchainCache::new()),
+            toolchains: Arc::new(ToolchainMemo::new()),
             work: JoinSet::new(),
             work_owner: HashMap::new(),
             stats,
@@ -145,7 +145,7 @@ impl Dispatcher {
     /// Serves until `shutdown`, idleness or the end of the socket thread.
     pub(super) async fn run(
         mut self,
-        inbound: flume::Receiver<(ConnId, Inbound)>,
+        inbound: flume::Receiver<(ConnId, IpcEvent)>,
         mut window: watch::Receiver<u32>,
         idle_exit: Duration,
         shutdown: impl Future<Output = ()>,
@@ -192,10 +192,10 @@ impl Dispatcher {
         ended
     }
 
-    fn on_inbound(&mut self, id: ConnId, msg: Inbound) {
+    fn on_inbound(&mut self, id: ConnId, msg: IpcEvent) {
         let frame = match msg {
-            Inbound::Closed => return self.forget(id),
-            Inbound::Message(frame) => frame,
+            IpcEvent::Closed => return self.forget(id),
+            IpcEvent::Message(frame) => frame,
         };
         let Some(conn) = self.conns.get_mut(&id) else {
             return match frame.message {
@@ -204,11 +204,11 @@ impl Dispatcher {
             };
         };
         match (frame.message, &mut conn.state) {
-            (WrapperMsg::Abandon { reason }, State::Preprocessing { .. }) => {
+            (WrapperMsg::Abandon { reason }, ConnState::Preprocessing { .. }) => {
                 debug!(conn = %id, pid = conn.pid, %reason, "wrapper abandoned remote");
                 self.fall_back(id, reason);
             }
-            (WrapperMsg::Source(header), State::Preprocessing { source, .. }) if source.is_none() => {
+            (WrapperMsg::Source(header), ConnState::Preprocessing { source, .. }) if source.is_none() => {
                 *source = Some((frame.payload, header.cacheable));
                 self.try_compile(id);
             }
@@ -227,7 +227,7 @@ impl Dispatcher {
             Want::Any
         };
         debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
-        self.conns.insert(id, Conn { compiler, spec: job.spec, pid: job.pid, state: State::Queued });
+        self.conns.insert(id, Conn { compiler, spec: job.spec, pid: job.pid, state: ConnState::Queued });
         self.slots.request(id, want);
     }
 
@@ -243,8 +243,8 @@ impl Dispatcher {
             };
             match grant {
                 Grant::Local => {
-                    let reason = match std::mem::replace(&mut conn.state, State::Local) {
-                        State::FallingBack { reason } => {
+                    let reason = match std::mem::replace(&mut conn.state, ConnState::Local) {
+                        ConnState::FallingBack { reason } => {
                             bump(&self.stats.fallbacks);
                             reason
                         }
@@ -256,7 +256,7 @@ impl Dispatcher {
                     self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason }, vec![]));
                 }
                 Grant::Remote => {
-                    conn.state = State::Preprocessing { lookup: Lookup::Pending, source: None };
+                    conn.state = ConnState::Preprocessing { lookup: IdentityLookup::Pending, source: None };
                     self.ipc.send(id, Outbound::Message(ConsumerdMsg::Preprocess, vec![]));
                     let cache = self.toolchains.clone();
                     let compiler = conn.compiler.clone();
@@ -273,14 +273,14 @@ impl Dispatcher {
     /// Starts the remote compile once both the text and the identity are there.
     fn try_compile(&mut self, id: ConnId) {
         let Some(conn) = self.conns.get_mut(&id) else { return };
-        let State::Preprocessing { lookup, source } = &mut conn.state else { return };
+        let ConnState::Preprocessing { lookup, source } = &mut conn.state else { return };
         let toolchain = match lookup {
-            Lookup::Pending => return,
-            Lookup::Failed(reason) => {
+            IdentityLookup::Pending => return,
+            IdentityLookup::Failed(reason) => {
                 let reason = std::mem::take(reason);
                 return self.fall_back(id, reason);
             }
-            Lookup::Ready(t) => t.clone(),
+            IdentityLookup::Ready(t) => t.clone(),
         };
         let Some((text, cacheable)) = source.take() else { return };
         let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, spec: conn.spec.clone(), text, cacheable };
@@ -294,12 +294,12 @@ impl Dispatcher {
             // reaches the wrapper.
             let result = match tokio::time::timeout(limit, compile).await {
                 Ok(r) => r,
-                Err(_) => Err(format!("no remote result within its deadline of {limit:?}")),
+                Err(_) => Err(RemoteError::Deadline(limit)),
             };
             Done::Remote(result)
         });
         self.work_owner.insert(task.id(), (id, WorkKind::Remote));
-        conn.state = State::Compiling { task, started: Instant::now(), bytes };
+        conn.state = ConnState::Compiling { task, started: Instant::now(), bytes };
     }
 
     /// Tells every wrapper that waits on this consumerd that it is still at work.
@@ -307,7 +307,10 @@ impl Dispatcher {
         for (id, conn) in &self.conns {
             let waiting = matches!(
                 conn.state,
-                State::Queued | State::Preprocessing { .. } | State::Compiling { .. } | State::FallingBack { .. }
+                ConnState::Queued
+                    | ConnState::Preprocessing { .. }
+                    | ConnState::Compiling { .. }
+                    | ConnState::FallingBack { .. }
             );
             if waiting {
                 self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Waiting, vec![]));
@@ -328,22 +331,22 @@ impl Dispatcher {
                 warn!(conn = %id, error = %e, "background work failed");
                 match kind {
                     WorkKind::Toolchain => Done::Toolchain(Err("the compiler identity lookup failed".into())),
-                    WorkKind::Remote => Done::Remote(Err("the remote compile failed".into())),
+                    WorkKind::Remote => Done::Remote(Err(RemoteError::Failed)),
                 }
             }
         };
         let Some(conn) = self.conns.get_mut(&id) else { return };
         match (done, &mut conn.state) {
-            (Done::Toolchain(result), State::Preprocessing { lookup, .. }) => {
+            (Done::Toolchain(result), ConnState::Preprocessing { lookup, .. }) => {
                 *lookup = match result {
-                    Ok(t) => Lookup::Ready(t),
-                    Err(reason) => Lookup::Failed(reason),
+                    Ok(t) => IdentityLookup::Ready(t),
+                    Err(reason) => IdentityLookup::Failed(reason),
                 };
                 self.try_compile(id);
             }
-            (Done::Remote(Ok(compiled)), State::Compiling { started, bytes, .. }) => {
+            (Done::Remote(Ok(compiled)), ConnState::Compiling { started, bytes, .. }) => {
                 self.deadlines.observe(*bytes, started.elapsed());
-                conn.state = State::Answered;
+                conn.state = ConnState::Answered;
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
                 let (status, parts) = (compiled.exit_status, compiled.parts);
@@ -352,9 +355,9 @@ impl Dispatcher {
                 let payload = vec![parts.stdout, parts.stderr, parts.object];
                 self.ipc.send(id, Outbound::Message(ConsumerdMsg::Compiled(header), payload));
             }
-            (Done::Remote(Err(reason)), State::Compiling { .. }) => {
+            (Done::Remote(Err(reason)), ConnState::Compiling { .. }) => {
                 debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
-                self.fall_back(id, reason);
+                self.fall_back(id, reason.to_string());
             }
             // A result for a state that moved on (e.g. an abandoned job's lookup).
             _ => {}
@@ -364,7 +367,7 @@ impl Dispatcher {
     /// Gives the remote slot back and waits for a local one.
     fn fall_back(&mut self, id: ConnId, reason: String) {
         if let Some(conn) = self.conns.get_mut(&id) {
-            conn.state = State::FallingBack { reason };
+            conn.state = ConnState::FallingBack { reason };
             self.slots.fall_back(id);
         }
     }
@@ -378,7 +381,7 @@ impl Dispatcher {
     /// The connection is gone: release its slot and cancel its work.
     fn forget(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.remove(&id) {
-            if let State::Compiling { task, .. } = conn.state {
+            if let ConnState::Compiling { task, .. } = conn.state {
                 task.abort();
             }
             debug!(conn = %id, pid = conn.pid, "connection closed");

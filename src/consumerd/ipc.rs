@@ -3,7 +3,7 @@
 //! connection per compile.
 //!
 //! The loop does only I/O: it decodes wrapper frames and hands them to the
-//! tokio side over a flume channel as `(ConnId, Inbound)`, and writes what
+//! tokio side over a flume channel as `(ConnId, IpcEvent)`, and writes what
 //! comes back as `(ConnId, Outbound)`, woken by a [`mio::Waker`]. Memory is
 //! bounded: frames are checked against [`WRAPPER_LIMITS`] before they are
 //! buffered, a wrapper may have only one unanswered message (anything it sends
@@ -15,7 +15,7 @@
 //! a stale socket file nobody listens on, and binds again if its file is
 //! removed under it.
 //!
-//! Main items: [`bind`], [`spawn`], [`IpcHandle`], [`ConnId`], [`Inbound`],
+//! Main items: [`bind`], [`spawn`], [`IpcHandle`], [`ConnId`], [`IpcEvent`],
 //! [`Outbound`], [`IpcError`]. Left out: what the messages mean (`super`).
 
 use std::collections::{HashMap, VecDeque};
@@ -33,7 +33,7 @@ use mio::net::{UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use tracing::{debug, info, warn};
 
-use crate::wrapper::socket::{InstanceLock, SocketDirError, SocketPath};
+use crate::local_socket::{InstanceLock, SocketDirError, SocketPath};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -59,7 +59,7 @@ impl std::fmt::Display for ConnId {
 
 /// What the server tells the tokio side.
 #[derive(Debug)]
-pub enum Inbound {
+pub enum IpcEvent {
     /// A whole frame from the wrapper.
     Message(LocalFrame<WrapperMsg>),
     /// The connection is gone (closed by either side, or for a protocol error).
@@ -205,7 +205,7 @@ impl Drop for IpcHandle {
 pub fn spawn(
     bound: BoundSocket,
     max_connections: usize,
-) -> Result<(IpcHandle, flume::Receiver<(ConnId, Inbound)>), IpcError> {
+) -> Result<(IpcHandle, flume::Receiver<(ConnId, IpcEvent)>), IpcError> {
     let poll = Poll::new().map_err(io_err("create a poll instance for", &bound.path))?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_err("create a waker for", &bound.path))?);
     let BoundSocket { listener, path, identity, lock } = bound;
@@ -284,7 +284,7 @@ struct Server {
     conns: HashMap<Token, Conn>,
     next_id: u64,
     max_connections: usize,
-    inbound: flume::Sender<(ConnId, Inbound)>,
+    inbound: flume::Sender<(ConnId, IpcEvent)>,
     outbound: flume::Receiver<(ConnId, Outbound)>,
     stop: Arc<AtomicBool>,
     /// Accepting failed for want of descriptors; retried when one closes.
@@ -438,7 +438,7 @@ impl Server {
         if let Some(mut conn) = self.conns.remove(&token) {
             deregister(self.poll.registry(), &mut conn.stream);
             debug!(conn = %conn.id, "wrapper connection closed");
-            let _ = self.inbound.send((conn.id, Inbound::Closed));
+            let _ = self.inbound.send((conn.id, IpcEvent::Closed));
         }
         if self.accept_paused {
             self.accept_paused = false;
@@ -500,7 +500,7 @@ fn deregister<S: mio::event::Source>(registry: &Registry, source: &mut S) {
 }
 
 /// Reads until the socket would block, handing on whole frames.
-fn read_frames(conn: &mut Conn, inbound: &flume::Sender<(ConnId, Inbound)>, scratch: &mut [u8]) -> ReadEnd {
+fn read_frames(conn: &mut Conn, inbound: &flume::Sender<(ConnId, IpcEvent)>, scratch: &mut [u8]) -> ReadEnd {
     loop {
         let want = if conn.awaiting { PROBE_CHUNK } else { scratch.len() };
         let n = match conn.stream.read(&mut scratch[..want]) {
@@ -522,7 +522,7 @@ fn read_frames(conn: &mut Conn, inbound: &flume::Sender<(ConnId, Inbound)>, scra
             Ok(None) => {}
             Ok(Some(frame)) => {
                 conn.awaiting = true;
-                if inbound.send((conn.id, Inbound::Message(frame))).is_err() {
+                if inbound.send((conn.id, IpcEvent::Message(frame))).is_err() {
                     return ReadEnd::Close(Some("the consumerd is shutting down".into()));
                 }
             }

@@ -25,8 +25,9 @@ use ccroute_wire::{
     Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
-use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteJob, Stats};
+use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
@@ -51,7 +52,22 @@ pub struct LinkConfig {
     pub host_name: String,
 }
 
-type Waiter = oneshot::Sender<Result<Compiled, String>>;
+impl LinkConfig {
+    /// The defaults, for a link to `scheduler` with `identity`: default QUIC
+    /// settings, a random node id, this host's name (the command line and the
+    /// in-process cluster both start here).
+    pub fn new(scheduler: SocketAddr, identity: Identity) -> LinkConfig {
+        LinkConfig {
+            scheduler,
+            identity: Arc::new(identity),
+            transport: TransportOptions::default(),
+            node_id: crate::net::random_id(),
+            host_name: crate::host::host_name(),
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Result<Compiled, RemoteError>>;
 
 struct Connected {
     conn: quinn::Connection,
@@ -87,7 +103,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Link {
     /// Starts connecting (and reconnecting, until `shutdown` flips to true).
     /// `stats` is the local side's, read to report demand.
-    pub fn start(config: LinkConfig, stats: Arc<Stats>, shutdown: watch::Receiver<bool>) -> Link {
+    pub fn start(config: LinkConfig, stats: Arc<Stats>, shutdown: CancellationToken) -> Link {
         let inner = Arc::new(Inner {
             window: watch::Sender::new(0),
             current: Mutex::new(None),
@@ -102,7 +118,7 @@ impl Link {
 }
 
 impl Remote for Link {
-    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>> {
         let inner = self.inner.clone();
         Box::pin(async move { compile(inner, job).await })
     }
@@ -133,9 +149,9 @@ impl Drop for Registration {
     }
 }
 
-async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, String> {
+async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteError> {
     let Some(conn) = lock(&inner.current).clone() else {
-        return Err("not connected to a scheduler".into());
+        return Err(RemoteError::NotConnected);
     };
     let toolchain = job.toolchain.key();
     announce(&inner, &conn, &job.toolchain).await;
@@ -152,7 +168,7 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, String> 
         }
     };
     let (key, packed, info) = if large {
-        tokio::task::spawn_blocking(prepare).await.map_err(|e| format!("compression failed: {e}"))?
+        tokio::task::spawn_blocking(prepare).await.map_err(|e| RemoteError::Compress(e.to_string()))?
     } else {
         prepare()
     };
@@ -168,9 +184,9 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, String> 
         net::send_on_new_stream(&conn.conn, &Message::Task(header), packed).await
     };
     if let Err(e) = sent {
-        return Err(format!("sending the task failed: {e}"));
+        return Err(RemoteError::Send(e));
     }
-    let answer = rx.await.unwrap_or_else(|_| Err("the scheduler connection was lost".into()));
+    let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
     answer
 }
@@ -194,11 +210,10 @@ async fn announce(inner: &Inner, conn: &Connected, toolchain: &Toolchain) {
 }
 
 /// Turns a scheduler's result into what the local side wants.
-fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, String> {
+fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, RemoteError> {
     match header.outcome {
         Outcome::Success => {
-            let object =
-                payload::decompress(&header.payload, object, MAX_OBJECT).map_err(|e| format!("bad object: {e}"))?;
+            let object = payload::decompress(&header.payload, object, MAX_OBJECT).map_err(RemoteError::BadObject)?;
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) };
             Ok(Compiled { exit_status: 0, parts })
         }
@@ -206,17 +221,17 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, String> 
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::new() };
             Ok(Compiled { exit_status: header.exit_status, parts })
         }
-        Outcome::InternalError(why) => Err(format!("the agent could not compile it: {why}")),
-        Outcome::Defunct => Err("the agent was lost".into()),
-        Outcome::Retry(_, reason) => Err(reason.to_string()),
+        Outcome::InternalError(why) => Err(RemoteError::Agent(why)),
+        Outcome::Defunct => Err(RemoteError::AgentLost),
+        Outcome::Retry(_, reason) => Err(RemoteError::SentBack(reason)),
     }
 }
 
 /// Connects, serves, and reconnects with backoff until shutdown.
-async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {
+async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>, shutdown: CancellationToken) {
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
-    while !*shutdown.borrow() {
+    while !shutdown.is_cancelled() {
         let started = Instant::now();
         match connect(&inner, &config).await {
             Ok((conn, reader, welcome_limit)) => {
@@ -225,17 +240,17 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 inner.window.send_replace(welcome_limit);
                 tokio::select! {
                     () = serve(&inner, &conn, reader, &stats) => {}
-                    _ = shutdown.changed() => {}
+                    () = shutdown.cancelled() => {}
                 }
                 *lock(&inner.current) = None;
                 inner.window.send_replace(0);
                 lock(&inner.announced).clear();
                 let lost: Vec<Waiter> = lock(&inner.pending).drain().map(|(_, w)| w).collect();
                 for w in lost {
-                    let _ = w.send(Err("the scheduler connection was lost".into()));
+                    let _ = w.send(Err(RemoteError::ConnectionLost));
                 }
                 conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
-                if !*shutdown.borrow() {
+                if !shutdown.is_cancelled() {
                     tracing::warn!(scheduler = %config.scheduler, "scheduler connection ended; compiling locally until it is back");
                 }
             }
@@ -249,7 +264,7 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
         }
         tokio::select! {
             () = tokio::time::sleep(backoff.after(started.elapsed())) => {}
-            _ = shutdown.changed() => {}
+            () = shutdown.cancelled() => {}
         }
     }
 }

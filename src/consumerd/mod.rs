@@ -29,8 +29,9 @@ use bytes::Bytes;
 use ccroute_wire::local::CompiledParts;
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use crate::wrapper::socket::SocketPath;
+use crate::local_socket::SocketPath;
 use ipc::IpcError;
 
 /// A boxed, sendable future.
@@ -44,7 +45,7 @@ pub const SPAWNED_IDLE_EXIT: Duration = Duration::from_secs(600);
 pub struct RemoteJob {
     /// The compiler the wrapper resolved (absolute).
     pub compiler: PathBuf,
-    /// Its identity ([`crate::agent::toolchain::ToolchainCache`]).
+    /// Its identity ([`crate::toolchain::ToolchainMemo`]).
     pub toolchain: Arc<Toolchain>,
     /// What the agent compiles with.
     pub spec: TaskSpec,
@@ -68,7 +69,7 @@ pub struct Compiled {
 pub trait Remote: Send + Sync + 'static {
     /// Compiles remotely; `Err(reason)` means "run it locally". Dropping the
     /// future means the result is no longer wanted (the wrapper went away).
-    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, String>>;
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>>;
 
     /// The current remote window (the scheduler's preferred remote limit).
     /// Changes are watched; a shrink applies to new grants. A closed channel
@@ -96,13 +97,52 @@ impl Default for NoRemote {
 }
 
 impl Remote for NoRemote {
-    fn compile(&self, _job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
-        Box::pin(async { Err("no scheduler".to_owned()) })
+    fn compile(&self, _job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>> {
+        Box::pin(async { Err(RemoteError::NoScheduler) })
     }
 
     fn window(&self) -> watch::Receiver<u32> {
         self.window.subscribe()
     }
+}
+
+/// Why a remote compile gave no result. Every one means the same to the
+/// wrapper — compile here — and its text is the reason it is told.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// No scheduler is configured.
+    #[error("no scheduler")]
+    NoScheduler,
+    /// A scheduler is configured but not connected now.
+    #[error("not connected to a scheduler")]
+    NotConnected,
+    /// The connection broke before the answer came.
+    #[error("the scheduler connection was lost")]
+    ConnectionLost,
+    /// Sending the task failed.
+    #[error("sending the task failed: {0}")]
+    Send(#[source] crate::net::NetError),
+    /// Compressing the text failed (its worker thread died).
+    #[error("compression failed: {0}")]
+    Compress(String),
+    /// The object that came back does not decode.
+    #[error("bad object: {0}")]
+    BadObject(#[source] ccroute_wire::DecodeError),
+    /// The agent could not run the compiler.
+    #[error("the agent could not compile it: {0}")]
+    Agent(String),
+    /// The agent running it was lost for good.
+    #[error("the agent was lost")]
+    AgentLost,
+    /// The scheduler sent it back (no agent, over budget, shutting down ...).
+    #[error("{0}")]
+    SentBack(ccroute_wire::RetryReason),
+    /// No result within the unit's deadline; the remote attempt is cancelled.
+    #[error("no remote result within its deadline of {0:?}")]
+    Deadline(Duration),
+    /// The task that waited for the result failed.
+    #[error("the remote compile failed")]
+    Failed,
 }
 
 /// The local side's configuration.
@@ -131,10 +171,10 @@ impl Config {
     /// Defaults: a local slot per available CPU, no idle exit, 4096
     /// connections, remote deadlines between 30 s and 10 minutes.
     pub fn new(socket: SocketPath) -> Config {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = crate::host::online_cpus();
         Config {
             socket,
-            local_slots: u32::try_from(cpus).unwrap_or(u32::MAX),
+            local_slots: cpus,
             idle_exit: Duration::ZERO,
             max_connections: 4096,
             remote_timeout: Duration::from_secs(600),
@@ -225,7 +265,7 @@ impl Stats {
 pub struct Consumerd {
     config: Config,
     ipc: ipc::IpcHandle,
-    inbound: flume::Receiver<(ipc::ConnId, ipc::Inbound)>,
+    inbound: flume::Receiver<(ipc::ConnId, ipc::IpcEvent)>,
     stats: Arc<Stats>,
 }
 
@@ -254,10 +294,10 @@ impl Consumerd {
     /// Serves wrappers until `shutdown` completes or it has been idle for
     /// [`Config::idle_exit`]. Remote compiles in flight are dropped and their
     /// wrappers compile locally.
-    pub async fn serve(self, remote: Arc<dyn Remote>, shutdown: impl Future<Output = ()>) -> Ended {
+    pub async fn serve(self, remote: Arc<dyn Remote>, shutdown: CancellationToken) -> Ended {
         let Consumerd { config, ipc, inbound, stats } = self;
         let dispatcher = dispatch::Dispatcher::new(&config, remote.clone(), ipc, stats);
-        dispatcher.run(inbound, remote.window(), config.idle_exit, shutdown).await
+        dispatcher.run(inbound, remote.window(), config.idle_exit, shutdown.cancelled_owned()).await
     }
 }
 

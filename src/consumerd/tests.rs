@@ -14,6 +14,7 @@ use crate::wrapper::tests::{
     compile_args, consumerd_starter, outcome, plain_gcc, project, wrapped, wrapper_command, BAD_C, CHILD_STARTER_ENV,
     WARN_C,
 };
+use tokio_util::sync::CancellationToken;
 
 const LONG: Duration = Duration::from_secs(60);
 /// Set in a consumerd child: its behaviour (`no-remote`, `hang`).
@@ -37,7 +38,7 @@ impl GccRemote {
 }
 
 impl Remote for GccRemote {
-    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if let Some(mark) = &self.hang {
             std::fs::write(mark, job.spec.input_path.as_bytes()).unwrap();
@@ -51,12 +52,13 @@ impl Remote for GccRemote {
     }
 }
 
-fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, String> {
-    validate(&job.spec).map_err(|e| e.to_string())?;
+fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, RemoteError> {
+    validate(&job.spec).map_err(|e| RemoteError::Agent(e.to_string()))?;
     assert_eq!(job.toolchain.compiler, "gcc");
     let scratch = tempfile::tempdir().unwrap();
-    let cmd = agent_command(&job.spec, Path::new("/usr/bin/gcc"), scratch.path()).map_err(|e| e.to_string())?;
-    cmd.write_inputs(&job.text).map_err(|e| e.to_string())?;
+    let cmd = agent_command(&job.spec, Path::new("/usr/bin/gcc"), scratch.path())
+        .map_err(|e| RemoteError::Agent(e.to_string()))?;
+    cmd.write_inputs(&job.text).map_err(|e| RemoteError::Agent(e.to_string()))?;
     let out = Command::new(&cmd.program).args(&cmd.args).current_dir(&cmd.cwd).output().unwrap();
     let object = if out.status.success() { std::fs::read(&cmd.object_path).unwrap() } else { vec![] };
     Ok(Compiled {
@@ -72,7 +74,7 @@ fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, String> {
 /// A consumerd on a thread of its own, shut down when dropped.
 struct Running {
     stats: Arc<Stats>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<Ended>>,
 }
 
@@ -92,14 +94,13 @@ impl Running {
         tweak(&mut config);
         let consumerd = Consumerd::bind(config).unwrap();
         let stats = consumerd.stats();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-            rt.block_on(consumerd.serve(remote, async {
-                let _ = rx.await;
-            }))
+            rt.block_on(consumerd.serve(remote, shutdown))
         });
-        Running { stats, stop: Some(tx), thread: Some(thread) }
+        Running { stats, stop, thread: Some(thread) }
     }
 
     /// Waits until `pred` holds for the counters.
@@ -112,9 +113,7 @@ impl Running {
     }
 
     fn stop(&mut self) -> Ended {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
+        self.stop.cancel();
         self.thread.take().map(|t| t.join().unwrap()).unwrap_or(Ended::Shutdown)
     }
 }
@@ -280,8 +279,8 @@ fn abandoned_and_failed_remote_compiles_wait_for_a_local_slot() {
     /// Fails every compile.
     struct Failing(watch::Sender<u32>);
     impl Remote for Failing {
-        fn compile(&self, _job: RemoteJob) -> BoxFuture<Result<Compiled, String>> {
-            Box::pin(async { Err("no agent has this toolchain".into()) })
+        fn compile(&self, _job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>> {
+            Box::pin(async { Err(RemoteError::SentBack(ccroute_wire::RetryReason::NoAgents)) })
         }
         fn window(&self) -> watch::Receiver<u32> {
             self.0.subscribe()
@@ -353,7 +352,7 @@ fn consumerd_child() {
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let code = match rt.block_on(async {
-        Ok::<_, ConsumerdError>(Consumerd::bind(config)?.serve(remote, std::future::pending()).await)
+        Ok::<_, ConsumerdError>(Consumerd::bind(config)?.serve(remote, CancellationToken::new()).await)
     }) {
         Ok(_) => 0,
         Err(e) => {
@@ -404,7 +403,7 @@ fn a_consumerd_killed_between_preprocess_and_compiled_means_a_local_compile() {
     let starter = consumerd_starter();
     let mut consumerd = Command::new(&starter.program)
         .args(&starter.args)
-        .env(crate::wrapper::socket::SOCKET_ENV, &socket)
+        .env(crate::local_socket::SOCKET_ENV, &socket)
         .env(CHILD_MODE_ENV, "hang")
         .env(CHILD_MARK_ENV, &mark)
         .stdout(std::process::Stdio::null())

@@ -45,11 +45,7 @@ pub fn random_id() -> u128 {
 
 /// This host, for a hello.
 pub fn system_info() -> SystemInfo {
-    SystemInfo {
-        arch: std::env::consts::ARCH.into(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        memory_bytes: 0,
-    }
+    SystemInfo { arch: std::env::consts::ARCH.into(), cpus: crate::host::online_cpus(), memory_bytes: 0 }
 }
 
 /// Connects to the scheduler at `addr` and says hello with `body`: an

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ccroute_wire::{AgentStatus, ConsumerdStatus, Message, Query, Reply, RouteStatus, StatusReport, Welcome};
 
-use super::State;
+use super::ServerState;
 use crate::net::{CloseReason, ServerHandshake};
 
 /// Serves one admin connection: one answer per query, until it closes.
-pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hs: ServerHandshake) {
+pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hs: ServerHandshake) {
     let welcome = Welcome { scheduler_id: state.id, limit: 0 };
-    let Ok((writer, mut reader)) = hs.welcome(welcome, &State::control_stream()).await else {
+    let Ok((writer, mut reader)) = hs.welcome(welcome, &ServerState::control_stream()).await else {
         return;
     };
     loop {
@@ -42,7 +42,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hs: Server
 }
 
 /// A snapshot of the whole scheduler.
-pub(crate) fn report(state: &State) -> StatusReport {
+pub(crate) fn report(state: &ServerState) -> StatusReport {
     let s = &state.scheduler;
     let decisions = state.optimizer.as_ref().map(|o| o.decisions()).unwrap_or_default();
     let mut totals = s.totals();

@@ -16,10 +16,10 @@ use bytes::Bytes;
 use ccroute_wire::{Cancel, Frame, Hello, Message, TaskHeader, UsageLimit, Welcome};
 use tokio::task::JoinSet;
 
-use super::cache::Lookup;
+use super::cache_hook::CacheLookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob};
-use super::{peer_info, State};
+use super::{peer_info, ServerState};
 use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
 use ccroute_core::{AgentSession, Dispatch, TaskId};
 
@@ -27,10 +27,10 @@ use ccroute_core::{AgentSession, Dispatch, TaskId};
 const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
 /// Serves one agent until its connection ends.
-pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
+pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let mut session = state.scheduler.connect_agent(peer_info(&hello), &hello.body.toolchains, hello.body.usage_limit);
     let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
-    let (writer, reader) = match hs.welcome(welcome, &State::control_stream()).await {
+    let (writer, reader) = match hs.welcome(welcome, &ServerState::control_stream()).await {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
@@ -43,7 +43,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
         // A result must be read even past the budget: its task is waiting
         // for it, and the agent's token comes back with it.
         let ticket = match budget.try_reserve(message.payload_len()) {
-            Some(r) => Ticket::Reserved(r, Lookup::Unchecked),
+            Some(r) => Ticket::Reserved(r, CacheLookup::Unchecked),
             None => Ticket::OverBudget,
         };
         std::future::ready((message, Admission::Read(ticket)))
@@ -53,7 +53,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     let mut last_limit = session.token_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let outcome: super::Outcome = loop {
+    let outcome: super::SessionOutcome = loop {
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
@@ -90,7 +90,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
 }
 
 /// One frame from the agent. `Err` is a protocol violation.
-fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) -> Result<(), String> {
+fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) -> super::SessionOutcome {
     match frame.message {
         // The frame reader hands over exactly the declared payload.
         Message::TaskResult(header) => {
@@ -119,7 +119,7 @@ fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) ->
             session.set_max_limit(u.limit);
             Ok(())
         }
-        other => Err(format!("an agent may not send a {}", other.name())),
+        other => Err(super::SessionEnd::NotForRole { role: "agent", message: other.name() }),
     }
 }
 

@@ -20,10 +20,10 @@ use ccroute_wire::{
 use tokio::task::JoinSet;
 
 use super::budget::Reservation;
-use super::cache::Lookup;
+use super::cache_hook::CacheLookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
-use super::{peer_info, State};
+use super::{peer_info, ServerState};
 use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
 use ccroute_core::{Answer, ConsumerdSession, Reply};
 
@@ -31,7 +31,7 @@ use ccroute_core::{Answer, ConsumerdSession, Reply};
 const LIMIT_CHECK: Duration = Duration::from_millis(100);
 
 /// Serves one consumerd until its connection ends.
-pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
+pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
     let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
     // Until the optimizer's next tick: an even share of the cluster (none
@@ -41,7 +41,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     let welcome = Welcome { scheduler_id: state.id, limit: session.remote_limit() };
     // What the consumerd was told; a tick during the handshake is sent below.
     let mut last_limit = welcome.limit;
-    let (writer, reader) = match hs.welcome(welcome, &State::control_stream()).await {
+    let (writer, reader) = match hs.welcome(welcome, &ServerState::control_stream()).await {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
@@ -61,9 +61,9 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
             let lookup = match (&cache, t.cache_key) {
                 (Some(cache), Some(key)) => match cache.storage().get(&key).await {
                     Some(hit) => return (message, Admission::Skip(Ticket::Hit(hit))),
-                    None => Lookup::Missed,
+                    None => CacheLookup::Missed,
                 },
-                _ => Lookup::Missed,
+                _ => CacheLookup::Missed,
             };
             let admission = match budget.try_reserve(t.payload.len) {
                 Some(r) => Admission::Read(Ticket::Reserved(r, lookup)),
@@ -76,7 +76,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
     let mut senders = JoinSet::new();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let outcome: super::Outcome = loop {
+    let outcome: super::SessionOutcome = loop {
         tokio::select! {
             event = rx.recv() => match event {
                 None => break Ok(()),
@@ -89,7 +89,7 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
                 }
                 Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(hit) }) => {
                     // Through the core like any task (counted, and answered by the cache hook).
-                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, Lookup::Hit(hit)).await {
+                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, CacheLookup::Hit(hit)).await {
                         break Err(why);
                     }
                 }
@@ -128,31 +128,31 @@ pub(crate) async fn serve(state: Arc<State>, conn: quinn::Connection, hello: Hel
 
 /// Answers a task that would take the scheduler past its payload budget:
 /// run it locally.
-async fn over_budget(state: &State, writer: &FrameWriter, task_id: u64) -> Result<(), NetError> {
+async fn over_budget(state: &ServerState, writer: &FrameWriter, task_id: u64) -> Result<(), NetError> {
     state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
     writer.send(Message::TaskResult(run_locally(task_id, RetryReason::OverBudget)), Bytes::new()).await
 }
 
 /// One frame from the consumerd. `Err` is a protocol violation.
 async fn on_frame(
-    state: &State,
+    state: &ServerState,
     session: &mut ConsumerdSession<NetJob>,
     writer: &FrameWriter,
     frame: Frame,
     ticket: Ticket,
-) -> Result<(), String> {
+) -> super::SessionOutcome {
     match frame.message {
         Message::Task(header) => {
             let (reservation, lookup) = match ticket {
                 Ticket::Reserved(r, lookup) => (Some(r), lookup),
-                Ticket::Hit(hit) => (None, Lookup::Hit(hit)),
+                Ticket::Hit(hit) => (None, CacheLookup::Hit(hit)),
                 // An inline task: its bytes are already here (a control
                 // stream frame is at most INLINE_PAYLOAD_MAX); count them.
                 Ticket::Plain => match state.budget.try_reserve(header.payload.len) {
-                    Some(r) => (Some(r), Lookup::Unchecked),
-                    None => return over_budget(state, writer, header.task_id).await.map_err(|e| e.to_string()),
+                    Some(r) => (Some(r), CacheLookup::Unchecked),
+                    None => return Ok(over_budget(state, writer, header.task_id).await?),
                 },
-                Ticket::OverBudget => (None, Lookup::Unchecked),
+                Ticket::OverBudget => (None, CacheLookup::Unchecked),
             };
             submit(session, writer, header, frame.payload, reservation, lookup).await
         }
@@ -168,7 +168,7 @@ async fn on_frame(
             session.set_demand(d.wanted);
             Ok(())
         }
-        other => Err(format!("a consumerd may not send a {}", other.name())),
+        other => Err(super::SessionEnd::NotForRole { role: "consumerd", message: other.name() }),
     }
 }
 
@@ -178,14 +178,14 @@ async fn submit(
     header: TaskHeader,
     payload: Bytes,
     reservation: Option<Reservation>,
-    lookup: Lookup,
-) -> Result<(), String> {
+    lookup: CacheLookup,
+) -> super::SessionOutcome {
     let (client_id, toolchain) = (header.task_id, header.toolchain);
     match session.submit(client_id, toolchain, TaskBody::new(header, payload, reservation, lookup)) {
         Ok(_) => Ok(()),
         Err(e) => {
             let h = run_locally(client_id, RetryReason::Rejected(e.to_string()));
-            writer.send(Message::TaskResult(h), Bytes::new()).await.map_err(|e| e.to_string())
+            Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?)
         }
     }
 }

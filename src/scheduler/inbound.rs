@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::budget::Reservation;
-use super::cache::Lookup;
+use super::cache_hook::CacheLookup;
 use crate::cache::CachedResult;
 use crate::net::{self, Admission, FrameReader, NetError};
 
@@ -18,7 +18,7 @@ use crate::net::{self, Admission, FrameReader, NetError};
 #[derive(Debug)]
 pub(crate) enum Ticket {
     /// Budget reserved for it (and, for a task, what the cache said).
-    Reserved(Reservation, Lookup),
+    Reserved(Reservation, CacheLookup),
     /// Over budget: not read.
     OverBudget,
     /// A cache hit: not read.

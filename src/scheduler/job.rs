@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::cache::Lookup;
+use super::cache_hook::CacheLookup;
 
 use bytes::Bytes;
 use ccroute_wire::{Outcome, ResultHeader, TaskHeader};
@@ -28,14 +28,14 @@ pub struct TaskBody {
     /// Its bytes against the payload budget.
     pub reservation: Option<Reservation>,
     /// What the connection learnt of its cache key before submitting it.
-    pub lookup: Lookup,
+    pub lookup: CacheLookup,
     /// Whether the payload hashes to the claimed cache key (computed once, when needed).
     pub verified: OnceLock<bool>,
 }
 
 impl TaskBody {
     /// A task as it arrived, not looked up in the cache yet.
-    pub fn new(header: TaskHeader, payload: Bytes, reservation: Option<Reservation>, lookup: Lookup) -> Self {
+    pub fn new(header: TaskHeader, payload: Bytes, reservation: Option<Reservation>, lookup: CacheLookup) -> Self {
         TaskBody { header, payload, reservation, lookup, verified: OnceLock::new() }
     }
 }

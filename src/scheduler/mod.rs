@@ -22,25 +22,25 @@
 pub mod admin;
 pub mod agent;
 pub mod budget;
-pub mod cache;
+pub mod cache_hook;
 pub mod consumerd;
 mod inbound;
 pub mod job;
 pub mod optimizer;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ccroute_wire::{HelloOutcome, Limits, Refusal, RefusalKind, Role, PROTOCOL_VERSION};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use self::budget::Budget;
-pub use self::cache::{CacheHook, Lookup};
+pub use self::cache_hook::{CacheHook, CacheLookup};
 pub use self::job::{AgentAnswer, NetJob, TaskBody};
 use self::optimizer::{DriverConfig, OptimizerThread};
 use crate::cache::{Storage, StorageConfig};
@@ -110,7 +110,7 @@ pub struct ServerCounters {
 }
 
 /// What every connection task shares.
-pub(crate) struct State {
+pub(crate) struct ServerState {
     pub(crate) scheduler: Scheduler<NetJob>,
     pub(crate) budget: Budget,
     pub(crate) id: u128,
@@ -118,11 +118,11 @@ pub(crate) struct State {
     pub(crate) optimizer: Option<OptimizerThread>,
     pub(crate) cache: Option<CacheHook>,
     pub(crate) counters: ServerCounters,
-    /// Flips to true when shutdown begins.
-    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Cancelled when shutdown begins.
+    pub(crate) shutdown: CancellationToken,
 }
 
-impl State {
+impl ServerState {
     /// Control streams carry small frames only; payloads above
     /// [`INLINE_PAYLOAD_MAX`] travel on their own streams.
     pub(crate) fn control_stream() -> StreamOptions {
@@ -136,8 +136,7 @@ impl State {
 /// A bound scheduler, ready to serve.
 pub struct Server {
     endpoint: quinn::Endpoint,
-    state: Arc<State>,
-    shutdown_tx: watch::Sender<bool>,
+    state: Arc<ServerState>,
     max_connections: usize,
     grace: Duration,
 }
@@ -167,8 +166,8 @@ impl Server {
             Some(driver) => Some(OptimizerThread::spawn(scheduler.clone(), driver).map_err(ServerError::Optimizer)?),
             None => None,
         };
-        let (shutdown_tx, shutdown) = watch::channel(false);
-        let state = Arc::new(State {
+        let shutdown = CancellationToken::new();
+        let state = Arc::new(ServerState {
             scheduler,
             budget: Budget::new(config.payload_budget),
             id: net::random_id(),
@@ -178,13 +177,7 @@ impl Server {
             counters: ServerCounters::default(),
             shutdown,
         });
-        Ok(Server {
-            endpoint,
-            state,
-            shutdown_tx,
-            max_connections: config.max_connections,
-            grace: config.shutdown_grace,
-        })
+        Ok(Server { endpoint, state, max_connections: config.max_connections, grace: config.shutdown_grace })
     }
 
     /// The address it listens on (port 0 resolved).
@@ -200,12 +193,11 @@ impl Server {
         &self.state.scheduler
     }
 
-    /// Serves until `shutdown` resolves, then shuts down as the module doc says.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Server { endpoint, state, shutdown_tx, max_connections, grace } = self;
+    /// Serves until `shutdown` is cancelled, then shuts down as the module doc says.
+    pub async fn serve(self, shutdown: CancellationToken) {
+        let Server { endpoint, state, max_connections, grace } = self;
         let permits = Arc::new(Semaphore::new(max_connections));
         let mut connections = JoinSet::new();
-        tokio::pin!(shutdown);
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
         loop {
             tokio::select! {
@@ -219,11 +211,11 @@ impl Server {
                     });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                () = &mut shutdown => break,
+                () = shutdown.cancelled() => break,
             }
         }
         tracing::info!("scheduler shutting down");
-        let _ = shutdown_tx.send(true);
+        state.shutdown.cancel();
         state.scheduler.shutdown();
         let deadline = tokio::time::Instant::now() + grace;
         while in_flight(&state.scheduler) > 0 && tokio::time::Instant::now() < deadline {
@@ -241,7 +233,7 @@ fn in_flight(scheduler: &Scheduler<NetJob>) -> u64 {
 }
 
 /// One connection: TLS, the handshake, the role check, then its session.
-async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
+async fn handle(state: Arc<ServerState>, incoming: quinn::Incoming, admitted: bool) {
     let Ok(conn) = net::accept(incoming).await else {
         return; // the net layer logged why
     };
@@ -264,7 +256,7 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
     let refuse = |kind, reason: String| Refusal { kind, ours: PROTOCOL_VERSION, theirs: hello.version, reason };
     let refusal = if !admitted {
         Some(refuse(RefusalKind::Busy, "the scheduler is at its connection limit".into()))
-    } else if *state.shutdown.borrow() {
+    } else if state.shutdown.is_cancelled() {
         Some(refuse(RefusalKind::ShuttingDown, "the scheduler is shutting down".into()))
     } else {
         net::verify_role(&conn, &hello).err()
@@ -283,27 +275,45 @@ async fn handle(state: Arc<State>, incoming: quinn::Incoming, admitted: bool) {
     }
 }
 
-/// How a peer's session loop ended: `Ok` when the peer went away, `Err` with the reason
-/// when the scheduler closes the connection for a protocol violation.
-pub(crate) type Outcome = Result<(), String>;
+/// Why the scheduler ends a peer's session itself (a peer that simply goes
+/// away ends it with `Ok`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionEnd {
+    /// The peer sent a message its role may not send.
+    #[error("a {role} may not send a {message}")]
+    NotForRole {
+        /// The peer's role.
+        role: &'static str,
+        /// The message's name.
+        message: &'static str,
+    },
+    /// A stream failed for a reason that is the peer's fault (a malformed or
+    /// oversized frame, a stalled payload, ...), or writing to it failed.
+    #[error(transparent)]
+    Net(#[from] NetError),
+}
+
+/// How a peer's session loop ended: `Ok` when the peer went away, `Err` when
+/// the scheduler closes the connection for a protocol violation.
+pub(crate) type SessionOutcome = Result<(), SessionEnd>;
 
 /// The outcome a failed stream means: a lost connection is the peer leaving, any other
 /// failure is the peer's fault.
-pub(crate) fn failure_outcome(e: NetError) -> Outcome {
+pub(crate) fn failure_outcome(e: NetError) -> SessionOutcome {
     if matches!(e, NetError::ConnectionLost { .. }) {
         Ok(())
     } else {
-        Err(e.to_string())
+        Err(SessionEnd::Net(e))
     }
 }
 
 /// Logs how a `who` session ended and closes its connection when it broke the protocol.
-pub(crate) fn finish(conn: &quinn::Connection, who: &str, outcome: Outcome, in_flight: usize) {
+pub(crate) fn finish(conn: &quinn::Connection, who: &str, outcome: SessionOutcome, in_flight: usize) {
     match outcome {
         Ok(()) => tracing::info!(in_flight, "{who} left"),
         Err(why) => {
             tracing::warn!(error = %why, in_flight, "closing the {who}'s connection");
-            CloseReason::ProtocolError.close_with(conn, &why);
+            CloseReason::ProtocolError.close_with(conn, &why.to_string());
         }
     }
 }

@@ -18,14 +18,14 @@
 //! ```
 //!
 //! Main items: [`main`] (entry from the command line), [`run`], [`Config`];
-//! [`socket`] (socket path, directory rules, starting a consumerd),
+//! [`connect`] (reaching or starting a consumerd; the socket itself is [`crate::local_socket`]),
 //! [`session`] (the framed connection), [`process`] (running and writing).
 //! Std only and synchronous: it starts for every compile. Left out: the
 //! consumerd (`crate::consumerd`).
 
+pub mod connect;
 pub mod process;
 pub mod session;
-pub mod socket;
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
@@ -34,9 +34,10 @@ use std::path::{Path, PathBuf};
 use ccroute_wire::local::{ConsumerdMsg, Job, SourceHeader, WrapperMsg, LOCAL_PROTOCOL_VERSION};
 
 use crate::cc::{classify, resolve_compiler, Classification, Family, RemotePlan, ResolveError};
+use crate::local_socket::SocketPath;
+use connect::Starter;
 use process::{exec_compiler, preprocess, run_compiler, write_object, NOT_FOUND};
 use session::Session;
-use socket::{SocketPath, Starter};
 
 /// Set to print, on stderr, why each compile ran where it did.
 pub const VERBOSE_ENV: &str = "CCROUTE_VERBOSE";
@@ -168,7 +169,7 @@ struct Wrapper<'a> {
 }
 
 /// What the conversation with the consumerd decided.
-enum Outcome {
+enum Decision {
     /// Compile here. With a session, it holds a local slot until the compile ends.
     Local(Option<Session>, String),
     /// The remote compile is done; exit with this code.
@@ -178,8 +179,8 @@ enum Outcome {
 impl Wrapper<'_> {
     fn go(&self) -> i32 {
         match self.converse() {
-            Outcome::Done(code) => code,
-            Outcome::Local(slot, why) => {
+            Decision::Done(code) => code,
+            Decision::Local(slot, why) => {
                 self.config.note(format_args!("local ({why})"));
                 let code = run_compiler(self.compiler, self.argv0, self.args);
                 drop(slot);
@@ -188,10 +189,10 @@ impl Wrapper<'_> {
         }
     }
 
-    fn converse(&self) -> Outcome {
-        let stream = match socket::connect(&self.config.socket, self.config.starter.as_ref()) {
+    fn converse(&self) -> Decision {
+        let stream = match connect::connect(&self.config.socket, self.config.starter.as_ref()) {
             Ok(s) => s,
-            Err(e) => return Outcome::Local(None, e.to_string()),
+            Err(e) => return Decision::Local(None, e.to_string()),
         };
         let mut session = Session::new(stream);
         let job = Job {
@@ -201,53 +202,53 @@ impl Wrapper<'_> {
             pid: std::process::id(),
         };
         if let Err(e) = session.send(&WrapperMsg::Job(job), b"") {
-            return Outcome::Local(None, e.to_string());
+            return Decision::Local(None, e.to_string());
         }
         // Set once the text is sent: whether the agent's diagnostics may be shown.
         let mut sent: Option<bool> = None;
         loop {
             let frame = match session.recv() {
                 Ok(f) => f,
-                Err(e) => return Outcome::Local(None, e.to_string()),
+                Err(e) => return Decision::Local(None, e.to_string()),
             };
             match (frame.message, sent) {
-                (ConsumerdMsg::RunLocally { reason }, _) => return Outcome::Local(Some(session), reason),
+                (ConsumerdMsg::RunLocally { reason }, _) => return Decision::Local(Some(session), reason),
                 (ConsumerdMsg::Preprocess, None) => match preprocess(self.compiler, self.plan, self.cwd) {
                     Ok(ready) => {
                         let header = SourceHeader { cacheable: ready.cacheable, len: ready.text.len() as u64 };
                         if let Err(e) = session.send(&WrapperMsg::Source(header), &ready.text) {
-                            return Outcome::Local(None, e.to_string());
+                            return Decision::Local(None, e.to_string());
                         }
                         sent = Some(ready.trusted_diagnostics);
                     }
                     Err(reason) => {
                         // Wait for a local slot, as any other local compile does.
                         if let Err(e) = session.send(&WrapperMsg::Abandon { reason }, b"") {
-                            return Outcome::Local(None, e.to_string());
+                            return Decision::Local(None, e.to_string());
                         }
                     }
                 },
                 (ConsumerdMsg::Compiled(header), Some(trusted)) => {
                     let Some(parts) = header.split(frame.payload) else {
-                        return Outcome::Local(None, "compiled payload does not match its header".to_owned());
+                        return Decision::Local(None, "compiled payload does not match its header".to_owned());
                     };
                     let ok = header.exit_status == 0;
                     if !(0..=255).contains(&header.exit_status) || (ok && parts.object.is_empty()) {
-                        return Outcome::Local(None, format!("remote exit status {}", header.exit_status));
+                        return Decision::Local(None, format!("remote exit status {}", header.exit_status));
                     }
                     if !trusted && !(parts.stderr.is_empty() && parts.stdout.is_empty()) {
-                        return Outcome::Local(None, "the agent's diagnostics would not read as here".to_owned());
+                        return Decision::Local(None, "the agent's diagnostics would not read as here".to_owned());
                     }
                     if ok {
                         if let Err(e) = write_object(&self.plan.output, &parts.object) {
                             // The local compile reports the problem in the compiler's own words.
-                            return Outcome::Local(None, format!("cannot write {}: {e}", self.plan.output.display()));
+                            return Decision::Local(None, format!("cannot write {}: {e}", self.plan.output.display()));
                         }
                     }
                     print(&parts.stdout, &parts.stderr);
-                    return Outcome::Done(header.exit_status);
+                    return Decision::Done(header.exit_status);
                 }
-                (other, _) => return Outcome::Local(None, format!("unexpected {other:?} from the consumerd")),
+                (other, _) => return Decision::Local(None, format!("unexpected {other:?} from the consumerd")),
             }
         }
     }

@@ -54,7 +54,7 @@ pub(crate) fn wrapper_command(cwd: &Path, socket: &Path, args: &[&str]) -> Comma
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(["--exact", "wrapper::tests::wrapper_child", "--ignored", "--nocapture", "--test-threads=1", "-q"])
         .env(CHILD_ARGS_ENV, args.join(SEP))
-        .env(socket::SOCKET_ENV, socket)
+        .env(crate::local_socket::SOCKET_ENV, socket)
         .env_remove(CHILD_STARTER_ENV)
         .env_remove(VERBOSE_ENV)
         .stdout(std::process::Stdio::piped())

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ccroute::agent::toolchain::test_toolchain;
 use ccroute::net::{self, tls, CertRole, TransportOptions, INLINE_PAYLOAD_MAX};
+use ccroute::toolchain::test_toolchain;
 use ccroute_wire::{
     cache_key, codec, payload, CacheKey, Frame, Hello, HelloBody, Message, ResultHeader, Role, SystemInfo, TaskHeader,
     TaskSpec, PROTOCOL_VERSION,

@@ -22,7 +22,7 @@
 //! among those that shape diagnostics (the consumerd's locale and
 //! `GCC_COLORS`), so that warnings read as a local compile prints them.
 //!
-//! The built-in test toolchain ([`crate::agent::toolchain::test_toolchain`])
+//! The built-in test toolchain ([`crate::toolchain::test_toolchain`])
 //! runs no process: its object is [`test_object`] of the source, after
 //! `-sleep=<ms>` in the spec's arguments (waited, cancellable) if there is
 //! one.
@@ -61,8 +61,8 @@ use tempfile::TempDir;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::toolchain::test_toolchain;
 use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
+use crate::toolchain::test_toolchain;
 
 pub use scratch::{default_parent as default_scratch_parent, ROOT_PREFIX};
 

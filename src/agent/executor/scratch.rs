@@ -89,7 +89,7 @@ pub fn default_parent() -> PathBuf {
 /// point that is a prefix of `path`, the last one mounted on a tie.
 fn fs_type<'m>(mountinfo: &'m str, path: &Path) -> Option<&'m str> {
     let mut best: Option<(usize, &str)> = None;
-    for m in crate::agent::cgroup::mounts(mountinfo) {
+    for m in crate::host::mounts(mountinfo) {
         let depth = m.mount_point.components().count();
         if path.starts_with(&m.mount_point) && best.is_none_or(|(d, _)| depth >= d) {
             best = Some((depth, m.fstype));
@@ -115,7 +115,7 @@ fn remove_leftovers(parent: &Path, uid: u32) -> usize {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(root_pid) else { continue };
-        if pid == own || crate::cache::disk::process_runs(pid) {
+        if pid == own || crate::host::process_runs(pid) {
             continue;
         }
         let path = entry.path();

@@ -17,7 +17,7 @@ struct Fixture {
     _dir: tempfile::TempDir,
     socket: SocketPath,
     handle: Option<IpcHandle>,
-    inbound: flume::Receiver<(ConnId, Inbound)>,
+    inbound: flume::Receiver<(ConnId, IpcEvent)>,
 }
 
 impl Fixture {
@@ -34,7 +34,7 @@ impl Fixture {
         s
     }
 
-    fn next(&self) -> (ConnId, Inbound) {
+    fn next(&self) -> (ConnId, IpcEvent) {
         self.inbound.recv_timeout(LONG).unwrap()
     }
 
@@ -95,18 +95,18 @@ fn garbage_and_oversized_frames_close_that_connection_only() {
     let mut good = f.connect();
     good.write_all(&job_frame()).unwrap();
     let (good_id, msg) = f.next();
-    assert!(matches!(msg, Inbound::Message(ref m) if matches!(m.message, WrapperMsg::Job(_))));
+    assert!(matches!(msg, IpcEvent::Message(ref m) if matches!(m.message, WrapperMsg::Job(_))));
 
     let mut garbage = f.connect();
     garbage.write_all(&[5, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc, 0xfb]).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Closed)));
+    assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     assert!(is_closed(&mut garbage));
 
     let mut big = f.connect();
     let mut frame = BytesMut::new();
     frame.put_u32_le(WRAPPER_LIMITS.max_header + 1);
     big.write_all(&frame).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Closed)));
+    assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     assert!(is_closed(&mut big));
 
     // A payload past the limit is refused at its header, before it is sent.
@@ -117,13 +117,13 @@ fn garbage_and_oversized_frames_close_that_connection_only() {
         &mut frame,
     );
     huge.write_all(&frame).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Closed)));
+    assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     assert!(is_closed(&mut huge));
 
     f.answer(good_id, ConsumerdMsg::RunLocally { reason: "test".into() });
     assert_eq!(read_answer(&mut good), ConsumerdMsg::RunLocally { reason: "test".into() });
     drop(good);
-    assert!(matches!(f.next(), (id, Inbound::Closed) if id == good_id));
+    assert!(matches!(f.next(), (id, IpcEvent::Closed) if id == good_id));
 }
 
 #[test]
@@ -133,8 +133,8 @@ fn a_second_message_before_the_answer_closes_the_connection() {
     let mut two = job_frame();
     two.extend_from_slice(&job_frame());
     s.write_all(&two).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Message(_))));
-    assert!(matches!(f.next(), (_, Inbound::Closed)));
+    assert!(matches!(f.next(), (_, IpcEvent::Message(_))));
+    assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     assert!(is_closed(&mut s));
 }
 
@@ -155,10 +155,10 @@ fn past_the_connection_limit_new_connections_are_closed_at_once() {
     assert_eq!(read_answer(&mut b), ConsumerdMsg::Preprocess);
     // A slot frees when a connection closes.
     drop(a);
-    assert!(matches!(f.next(), (_, Inbound::Closed)));
+    assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     let mut d = f.connect();
     d.write_all(&job_frame()).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Message(_))));
+    assert!(matches!(f.next(), (_, IpcEvent::Message(_))));
 }
 
 #[test]
@@ -195,5 +195,5 @@ fn a_removed_socket_file_is_bound_again() {
         std::thread::sleep(Duration::from_millis(100));
     };
     s.write_all(&job_frame()).unwrap();
-    assert!(matches!(f.next(), (_, Inbound::Message(_))));
+    assert!(matches!(f.next(), (_, IpcEvent::Message(_))));
 }

@@ -1,4 +1,4 @@
-//! [`ToolchainCache`]: compiler identities by path, for every compile.
+//! [`ToolchainMemo`]: compiler identities by path, for every compile.
 //!
 //! A consumerd asks for the identity of `/usr/bin/gcc` once per compile;
 //! a query runs the compiler several times and hashes tens of megabytes of
@@ -23,7 +23,7 @@ use super::{locate, query_located, DigestMemo, FileStamp, ToolchainError, PROBE_
 /// Locking: one mutex around the map, held only to look up or insert an
 /// entry, never while a compiler runs or a file is read or stat'ed.
 #[derive(Debug)]
-pub struct ToolchainCache {
+pub struct ToolchainMemo {
     entries: Mutex<HashMap<PathBuf, Arc<CacheEntry>>>,
     memo: DigestMemo,
     limit: Duration,
@@ -43,13 +43,13 @@ impl CacheEntry {
     }
 }
 
-impl Default for ToolchainCache {
+impl Default for ToolchainMemo {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl ToolchainCache {
+impl ToolchainMemo {
     /// Entries beyond this many are dropped wholesale: a host has a handful
     /// of compilers, so this only guards against a caller naming many paths.
     const MAX_ENTRIES: usize = 1024;
@@ -61,7 +61,7 @@ impl ToolchainCache {
 
     /// An empty cache with another time limit per probe.
     pub fn with_limit(limit: Duration) -> Self {
-        ToolchainCache { entries: Mutex::default(), memo: DigestMemo::default(), limit }
+        ToolchainMemo { entries: Mutex::default(), memo: DigestMemo::default(), limit }
     }
 
     /// The identity of the compiler at `path` (a bare name is looked up in
@@ -115,7 +115,7 @@ mod tests {
     use std::thread;
 
     use super::*;
-    use crate::agent::toolchain::tests::{fake_gcc, script};
+    use crate::toolchain::tests::{fake_gcc, script};
 
     fn runs(log: &Path) -> usize {
         fs::read_to_string(log).map(|s| s.lines().count()).unwrap_or(0)
@@ -132,7 +132,7 @@ mod tests {
         let gcc = d.join("gcc");
         symlink(&real, &gcc).unwrap();
 
-        let cache = ToolchainCache::new();
+        let cache = ToolchainMemo::new();
         let first = cache.get(&gcc).unwrap();
         let probes = runs(&log);
         assert!(probes >= 3, "{probes}");
@@ -189,7 +189,7 @@ mod tests {
 
         // Longer than the wait below: a cache that held its lock across the
         // slow query would answer only when the probe gave up.
-        let cache = Arc::new(ToolchainCache::with_limit(Duration::from_secs(600)));
+        let cache = Arc::new(ToolchainMemo::with_limit(Duration::from_secs(600)));
         cache.get(&fast).unwrap();
         let (tx, rx) = mpsc::channel();
         let slow_query = {

@@ -16,7 +16,7 @@
 //!   length-prefixed, so that two hosts share a toolchain only when they
 //!   would write the same bytes.
 //!
-//! [`discover`] looks for drivers in `PATH` and in extra paths; [`ToolchainCache`]
+//! [`discover`] looks for drivers in `PATH` and in extra paths; [`ToolchainMemo`]
 //! answers "what is /usr/bin/gcc" for every compile and re-queries only when
 //! a file behind the answer changed. [`test_toolchain`] is the built-in no-op
 //! toolchain.
@@ -25,7 +25,7 @@
 //! its driver; response files, `-B` prefixes and `COMPILER_PATH` are not
 //! honoured (the environment is cleared on purpose); failures are not cached.
 
-mod cache;
+mod memo;
 mod probe;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 
-pub use self::cache::ToolchainCache;
+pub use self::memo::ToolchainMemo;
 use self::probe::Probe;
 
 /// How long one probe of a compiler may take before it is killed.

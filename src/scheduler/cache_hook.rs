@@ -39,7 +39,7 @@ const MAX_RAW: u64 = 1 << 30;
 
 /// What the connection already knows about a task's key.
 #[derive(Debug, Default)]
-pub enum Lookup {
+pub enum CacheLookup {
     /// Not looked up yet (an inline task).
     #[default]
     Unchecked,
@@ -229,13 +229,13 @@ impl Hook<NetJob> for CacheHook {
             return HookAction::ProcessRequestNormally;
         };
         match &body.lookup {
-            Lookup::Hit(result) => {
+            CacheLookup::Hit(result) => {
                 if let Some(held) = task.intercept() {
                     held.answer(answer_of(result));
                 }
                 HookAction::RequestIntercepted
             }
-            Lookup::Unchecked => {
+            CacheLookup::Unchecked => {
                 if let Some(result) = self.shared.storage.memory().get(&key) {
                     if let Some(held) = task.intercept() {
                         held.answer(answer_of(&result));
@@ -264,7 +264,7 @@ impl Hook<NetJob> for CacheHook {
                 });
                 HookAction::RequestIntercepted
             }
-            Lookup::Missed => {
+            CacheLookup::Missed => {
                 let id = task.task().id();
                 match self.shared.inflight.entry(key) {
                     dashmap::Entry::Occupied(mut e) => match task.intercept() {
@@ -372,7 +372,7 @@ mod tests {
         let sent: &[u8] = if lie { b"int something_else;" } else { source };
         let (packed, info) = payload::compress(sent);
         let header = TaskHeader { task_id, toolchain: tc("gcc").key(), cache_key: Some(key), spec, payload: info };
-        TaskBody::new(header, packed.into(), None, Lookup::Unchecked)
+        TaskBody::new(header, packed.into(), None, CacheLookup::Unchecked)
     }
 
     async fn cluster() -> (Scheduler<NetJob>, CacheHook) {

@@ -1,0 +1,79 @@
+//! Facts about this machine that several roles read: its CPUs, its name,
+//! its mounts, whether a process runs.
+
+use std::path::{Path, PathBuf};
+
+/// Online CPUs of this host.
+pub fn online_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+}
+
+/// This host's name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Whether process `pid` runs on this host. Where that cannot be told, yes,
+/// leaving its temp files to the age rule. A writer in another pid namespace
+/// looks gone: its temp file is deleted and its put fails, which loses one
+/// write and corrupts nothing. (Also the agent's rule for its scratch roots.)
+pub fn process_runs(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+}
+
+/// One line of `/proc/<pid>/mountinfo`, its paths unescaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount<'a> {
+    /// The path within the mounted file system that is mounted.
+    pub root: String,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// The file system type (`ext4`, `tmpfs`, `cgroup2`, ...).
+    pub fstype: &'a str,
+    /// Super options (`rw,cpu,cpuacct`).
+    pub super_options: &'a str,
+}
+
+/// Every mount in the text of `/proc/<pid>/mountinfo`; malformed lines are
+/// skipped.
+pub fn mounts(text: &str) -> impl Iterator<Item = Mount<'_>> {
+    text.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // id parent maj:min root mount-point options [optional...] - fstype source super-options
+        let sep = fields.iter().skip(6).position(|f| *f == "-")? + 6;
+        Some(Mount {
+            root: unescape_mountinfo(fields.get(3)?),
+            mount_point: PathBuf::from(unescape_mountinfo(fields.get(4)?)),
+            fstype: fields.get(sep + 1)?,
+            super_options: fields.get(sep + 3)?,
+        })
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\134` for `\`).
+fn unescape_mountinfo(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal =
+            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
