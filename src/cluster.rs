@@ -143,6 +143,7 @@ impl LocalCluster {
                 LinkConfig::new(addr, tls::load(&tls_dir, CertRole::Consumerd)?),
                 stats.clone(),
                 stop.clone(),
+                &tasks,
             );
             let window = link.window();
             let remote: Arc<dyn Remote> = Arc::new(link);
@@ -175,7 +176,12 @@ impl LocalCluster {
     /// # Errors
     /// When the certificate cannot be read.
     pub fn link(&self, stats: Arc<Stats>) -> Result<Link, BoxError> {
-        Ok(Link::start(LinkConfig::new(self.addr, self.identity(CertRole::Consumerd)?), stats, self.stop.child_token()))
+        Ok(Link::start(
+            LinkConfig::new(self.addr, self.identity(CertRole::Consumerd)?),
+            stats,
+            self.stop.child_token(),
+            &self.tasks,
+        ))
     }
 
     /// Stops everything and waits (at most 15 s) for every part to finish.

@@ -24,6 +24,7 @@ use ccroute_wire::{CacheKey, CacheStatus};
 use thiserror::Error;
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use super::{CachedResult, DiskError, DiskTier, MemoryTier, RedisConfig, RedisTier, RedisTierError};
@@ -148,6 +149,8 @@ pub struct Storage {
     redis: Option<Writer<RedisTier>>,
     max_pending_writes: u32,
     runtime: Handle,
+    /// The background writes to the disk and Redis tiers ([`Storage::flush`] waits for them).
+    writes: TaskTracker,
     /// Lookups and lookups answered by any tier; statistics (Relaxed).
     lookups: AtomicU64,
     hits: AtomicU64,
@@ -184,6 +187,7 @@ impl Storage {
             redis,
             max_pending_writes: slots,
             runtime,
+            writes: TaskTracker::new(),
             lookups: AtomicU64::new(0),
             hits: AtomicU64::new(0),
         })
@@ -241,11 +245,14 @@ impl Storage {
                 return;
             };
             let tier = Arc::clone(&redis.tier);
-            self.runtime.spawn(async move {
-                // Failures are counted by the tier.
-                let _ = tier.put(&key, &result).await;
-                drop(slot);
-            });
+            self.writes.spawn_on(
+                async move {
+                    // Failures are counted by the tier.
+                    let _ = tier.put(&key, &result).await;
+                    drop(slot);
+                },
+                &self.runtime,
+            );
         }
     }
 
@@ -256,12 +263,23 @@ impl Storage {
             return;
         };
         let tier = Arc::clone(&disk.tier);
-        self.runtime.spawn_blocking(move || {
-            if let Err(e) = tier.put(&key, &result) {
-                warn!(error = %e, "disk cache write failed");
-            }
-            drop(slot);
-        });
+        self.writes.spawn_blocking_on(
+            move || {
+                if let Err(e) = tier.put(&key, &result) {
+                    warn!(error = %e, "disk cache write failed");
+                }
+                drop(slot);
+            },
+            &self.runtime,
+        );
+    }
+
+    /// Stops taking part in the daemon's life: waits for every background
+    /// write, started so far or until then, to finish (the scheduler calls
+    /// it as it shuts down, so that no result it accepted is lost).
+    pub async fn close(&self) {
+        self.writes.close();
+        self.writes.wait().await;
     }
 
     /// Waits until every background write started so far has finished.

@@ -25,7 +25,7 @@
 //!   classification and the agent's allow-list both apply.
 //!
 //! Left out: running any process (the consumerd and agent do), the toolchain
-//! identity (`crate::agent`), Objective-C, assembler and every other language.
+//! identity (`crate::toolchain`), Objective-C, assembler and every other language.
 
 pub mod allow;
 pub(crate) mod args;

@@ -251,6 +251,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     }
     let daemon = Consumerd::bind(config)?;
     let shutdown = signals();
+    let tasks = tokio_util::task::TaskTracker::new();
     let remote: Arc<dyn Remote> = match a.scheduler.as_ref().or(file.scheduler.as_ref()) {
         None => {
             tracing::info!("no scheduler configured: every compile runs locally");
@@ -263,6 +264,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
                     crate::consumerd::link::LinkConfig::new(addr, identity),
                     daemon.stats(),
                     shutdown.clone(),
+                    &tasks,
                 )),
                 Err(e) => {
                     tracing::warn!(error = %e, "no consumerd certificate: every compile runs locally");
@@ -272,7 +274,11 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
         }
     };
     tracing::info!(socket = %daemon.socket_path().display(), "consumerd ready");
-    let ended = daemon.serve(remote, shutdown).await;
+    let ended = daemon.serve(remote, shutdown.clone()).await;
+    // Idle or its socket gone: the link stops too, and is waited for.
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
     tracing::info!(?ended, "consumerd stopped");
     Ok(())
 }

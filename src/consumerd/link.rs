@@ -26,6 +26,7 @@ use ccroute_wire::{
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
@@ -101,9 +102,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Link {
-    /// Starts connecting (and reconnecting, until `shutdown` flips to true).
-    /// `stats` is the local side's, read to report demand.
-    pub fn start(config: LinkConfig, stats: Arc<Stats>, shutdown: CancellationToken) -> Link {
+    /// Starts connecting (and reconnecting, until `shutdown` is cancelled),
+    /// as a task of `tasks`, which its owner waits on. `stats` is the local
+    /// side's, read to report demand.
+    pub fn start(config: LinkConfig, stats: Arc<Stats>, shutdown: CancellationToken, tasks: &TaskTracker) -> Link {
         let inner = Arc::new(Inner {
             window: watch::Sender::new(0),
             current: Mutex::new(None),
@@ -112,7 +114,7 @@ impl Link {
             toolchains: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
         });
-        tokio::spawn(keep_connected(inner.clone(), config, stats, shutdown));
+        tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
     }
 }

@@ -249,9 +249,11 @@ impl fmt::Debug for FrameWriter {
 impl FrameWriter {
     /// Starts the task that writes `send`, with room for `queue` frames.
     ///
-    /// The task is not tracked: it ends by itself when every handle is
-    /// dropped (finishing the stream), on [`FrameWriter::finish`], or when
-    /// the stream or its connection fails.
+    /// The task's end is tracked through the writer's state, which every
+    /// handle shares: [`FrameWriter::finish`] waits for it and
+    /// [`FrameWriter::failed`] reports it. It ends when every handle is
+    /// dropped (finishing the stream), on `finish`, or when the stream or its
+    /// connection fails — so it lives no longer than the connection it writes to.
     pub fn spawn(send: SendStream, peer: SocketAddr, queue: usize) -> FrameWriter {
         let (tx, rx) = mpsc::channel(queue.max(1));
         let (state_tx, state) = watch::channel(WriterState::Open);

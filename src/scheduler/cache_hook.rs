@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use ccroute_wire::{cache_key, payload, CacheKey, CacheStatus, Outcome};
 use dashmap::DashMap;
+use tokio_util::task::TaskTracker;
 
 use super::job::{AgentAnswer, NetJob, TaskBody};
 use crate::cache::{CachedResult, Storage};
@@ -65,6 +66,8 @@ pub struct CacheHook {
 /// What the hook and the work it spawns share.
 struct Shared {
     storage: Arc<Storage>,
+    /// The background lookups and key checks ([`CacheHook::close`] waits for them).
+    work: TaskTracker,
     inflight: DashMap<CacheKey, Flight>,
     poison_rejected: AtomicU64,
     deduplicated: AtomicU64,
@@ -85,6 +88,7 @@ impl CacheHook {
         CacheHook {
             shared: Arc::new(Shared {
                 storage,
+                work: TaskTracker::new(),
                 inflight: DashMap::new(),
                 poison_rejected: AtomicU64::new(0),
                 deduplicated: AtomicU64::new(0),
@@ -96,6 +100,15 @@ impl CacheHook {
     /// The storage behind it.
     pub fn storage(&self) -> &Arc<Storage> {
         &self.shared.storage
+    }
+
+    /// Waits for every lookup and key check the hook started (the
+    /// scheduler calls it as it shuts down), then for the storage's
+    /// background writes.
+    pub async fn close(&self) {
+        self.shared.work.close();
+        self.shared.work.wait().await;
+        self.shared.storage.close().await;
     }
 
     /// Tiers' counters plus the hook's own.
@@ -160,13 +173,16 @@ impl Shared {
     /// Checks a new leader's bytes off the async threads; a liar is deposed.
     fn watch_leader(self: &Arc<Self>, runtime: &tokio::runtime::Handle, key: CacheKey, task: Arc<Task<NetJob>>) {
         let shared = self.clone();
-        runtime.spawn(async move {
-            let id = task.id();
-            let honest = tokio::task::spawn_blocking(move || verified(task.body())).await.unwrap_or(false);
-            if !honest {
-                shared.depose(key, id);
-            }
-        });
+        self.work.spawn_on(
+            async move {
+                let id = task.id();
+                let honest = tokio::task::spawn_blocking(move || verified(task.body())).await.unwrap_or(false);
+                if !honest {
+                    shared.depose(key, id);
+                }
+            },
+            runtime,
+        );
     }
 
     /// The leader of `key` ended without a compile: the next live waiter
@@ -247,21 +263,24 @@ impl Hook<NetJob> for CacheHook {
                 };
                 let shared = self.shared.clone();
                 let runtime = self.runtime.clone();
-                self.runtime.spawn(async move {
-                    match shared.storage.get(&key).await {
-                        Some(result) => {
-                            held.answer(answer_of(&result));
-                        }
-                        None => {
-                            if let Some(lead) = shared.join_or_lead(key, held) {
-                                if let Some(task) = lead.task_handle() {
-                                    shared.watch_leader(&runtime, key, task);
+                self.shared.work.spawn_on(
+                    async move {
+                        match shared.storage.get(&key).await {
+                            Some(result) => {
+                                held.answer(answer_of(&result));
+                            }
+                            None => {
+                                if let Some(lead) = shared.join_or_lead(key, held) {
+                                    if let Some(task) = lead.task_handle() {
+                                        shared.watch_leader(&runtime, key, task);
+                                    }
+                                    lead.proceed();
                                 }
-                                lead.proceed();
                             }
                         }
-                    }
-                });
+                    },
+                    &self.runtime,
+                );
                 HookAction::RequestIntercepted
             }
             CacheLookup::Missed => {
@@ -307,7 +326,7 @@ impl Hook<NetJob> for CacheHook {
         // Owned, for the check off the async threads.
         let leader = (body.header.clone(), body.payload.clone(), body.verified.get().copied());
         let this = self.shared.clone();
-        self.runtime.spawn(async move {
+        self.shared.work.spawn_on(async move {
             let (leader_ok, waiters) = tokio::task::spawn_blocking(move || {
                 let leader_ok = leader.2.unwrap_or_else(|| key_matches(&leader.0, &leader.1));
                 let checked: Vec<(Interception<NetJob>, bool)> = flight
@@ -346,7 +365,7 @@ impl Hook<NetJob> for CacheHook {
             for w in liars {
                 w.proceed();
             }
-        });
+        }, &self.runtime);
     }
 }
 

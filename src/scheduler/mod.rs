@@ -224,6 +224,11 @@ impl Server {
         net::shutdown(&endpoint, CloseReason::Shutdown).await;
         connections.abort_all();
         while connections.join_next().await.is_some() {}
+        if let Some(cache) = &state.cache {
+            // Lookups still running answer nobody now; results already taken
+            // reach their tiers before the scheduler is gone.
+            cache.close().await;
+        }
     }
 }
 

@@ -200,6 +200,20 @@ impl Cluster {
         }
     }
 
+    /// Asserts that every task the scheduler took ended exactly once, and
+    /// returns its totals.
+    pub fn assert_each_task_ended_once(&self) -> serde_json::Value {
+        let s = self.status();
+        let t = &s["totals"];
+        let total = |k: &str| t[k].as_u64().unwrap();
+        assert_eq!(
+            total("requests"),
+            total("completed") + total("failed") + total("retried") + total("intercepted") + total("cancelled"),
+            "every task ended exactly once: {t}"
+        );
+        t.clone()
+    }
+
     /// Every daemon's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
