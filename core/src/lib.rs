@@ -59,9 +59,6 @@ mod tests;
 /// What the root package's tests build their own cores from.
 #[cfg(not(ccroute_loom))]
 #[doc(hidden)]
-/// What the root package's tests build their own cores from.
-#[cfg(not(ccroute_loom))]
-#[doc(hidden)]
 pub mod test_support {
     use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 

@@ -221,7 +221,8 @@ pub trait Hook<J: Job>: Send + Sync {
     /// Decides what happens to a task before it is routed. Must not block.
     fn pre_receive(&self, task: &TaskRef<'_, J>) -> HookAction;
 
-    /// Sees the end of every task this hook let through or intercepted.
+    /// Sees the end of every task (every hook sees every end, whichever hook
+    /// or agent ended it).
     fn on_end(&self, task: &Task<J>, end: EndView<'_, J::Answer>) {
         let _ = (task, end);
     }

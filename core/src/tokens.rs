@@ -2,8 +2,9 @@
 //!
 //! [`TokenPool`] packs `in_use`, `limit` and a `closed` flag into one
 //! `AtomicU64`, so that taking a token reads a consistent (in_use, limit)
-//! pair and a single compare-exchange decides it. Giving one back is one
-//! `fetch_sub`. Moving the limit never touches `in_use`: a shrinking limit
+//! pair and a single compare-exchange decides it. Giving one back is a
+//! compare-exchange too, which refuses to go below zero (a double release is
+//! a bug, and must not borrow from the limit's bits). Moving the limit never touches `in_use`: a shrinking limit
 //! lets running tasks finish and simply refuses new ones until `in_use` is
 //! below it (kubecc B4, B6: tokens came from the sender's CPU count, and a
 //! token was locked before any request existed).

@@ -149,7 +149,8 @@ pub struct Storage {
     redis: Option<Writer<RedisTier>>,
     max_pending_writes: u32,
     runtime: Handle,
-    /// The background writes to the disk and Redis tiers ([`Storage::flush`] waits for them).
+    /// The background writes to the disk and Redis tiers ([`Storage::close`]
+    /// waits for all of them; [`Storage::flush`] for those started so far).
     writes: TaskTracker,
     /// Lookups and lookups answered by any tier; statistics (Relaxed).
     lookups: AtomicU64,

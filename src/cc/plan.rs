@@ -68,7 +68,7 @@ impl RemotePlan {
     /// Whether the agent's diagnostics for this text read exactly as a local
     /// compile's. gcc prints the source line under a diagnostic by reading
     /// the file its location names: with `-g3` the agent's main file is the
-    /// text itself (see [`super::agent`]), and a `#line` that names another
+    /// text itself (see [`super::layout`]), and a `#line` that names another
     /// file (bison, flex) points at a file the agent does not have as the
     /// client has it.
     pub fn diagnostics_trusted(&self, text: &Preprocessed) -> bool {

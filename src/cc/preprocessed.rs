@@ -145,10 +145,12 @@ pub fn postprocess(family: Family, raw: &[u8]) -> Preprocessed {
                     if let Some((_, next)) = lines.peek() {
                         if is_macro_line(next) {
                             lines.next();
+                            current = Some(m.file);
                             continue;
                         }
                     }
                 }
+                // The working-directory marker names no file the text stands in.
                 if family == Family::Gnu && index < 3 && m.file.ends_with(b"//") {
                     continue;
                 }

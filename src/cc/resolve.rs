@@ -70,14 +70,16 @@ pub fn resolve_compiler(name: &OsStr, path_var: Option<&OsStr>, self_exe: &Path)
     if name.is_empty() {
         return Err(not_found());
     }
-    for dir in std::env::split_paths(path_var.unwrap_or_default()) {
+    path_candidates(name, path_var).find(|c| !is_self(c, self_canonical.as_deref())).ok_or_else(not_found)
+}
+
+/// The executables named `name` in `PATH`, in the order execvp tries them.
+pub fn path_candidates<'a>(name: &'a OsStr, path_var: Option<&'a OsStr>) -> impl Iterator<Item = PathBuf> + 'a {
+    std::env::split_paths(path_var.unwrap_or_default()).filter_map(move |dir| {
         // An empty PATH entry means the current directory, as execvp reads it.
         let candidate = if dir.as_os_str().is_empty() { PathBuf::from(".").join(name) } else { dir.join(name) };
-        if is_executable(&candidate) && !is_self(&candidate, self_canonical.as_deref()) {
-            return Ok(candidate);
-        }
-    }
-    Err(not_found())
+        is_executable(&candidate).then_some(candidate)
+    })
 }
 
 #[cfg(test)]

@@ -69,6 +69,9 @@ enum ConnState {
 }
 
 struct Conn {
+    /// The wrapper speaks this consumerd's protocol (one that does not is
+    /// only ever told to run locally, and would not understand a heartbeat).
+    same_protocol: bool,
     compiler: PathBuf,
     spec: TaskSpec,
     pid: u32,
@@ -227,7 +230,8 @@ impl Dispatcher {
             Want::Any
         };
         debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
-        self.conns.insert(id, Conn { compiler, spec: job.spec, pid: job.pid, state: ConnState::Queued });
+        let same_protocol = job.version == LOCAL_PROTOCOL_VERSION;
+        self.conns.insert(id, Conn { same_protocol, compiler, spec: job.spec, pid: job.pid, state: ConnState::Queued });
         self.slots.request(id, want);
     }
 
@@ -312,7 +316,7 @@ impl Dispatcher {
                     | ConnState::Compiling { .. }
                     | ConnState::FallingBack { .. }
             );
-            if waiting {
+            if waiting && conn.same_protocol {
                 self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Waiting, vec![]));
             }
         }
@@ -355,7 +359,11 @@ impl Dispatcher {
                 let payload = vec![parts.stdout, parts.stderr, parts.object];
                 self.ipc.send(id, Outbound::Message(ConsumerdMsg::Compiled(header), payload));
             }
-            (Done::Remote(Err(reason)), ConnState::Compiling { .. }) => {
+            (Done::Remote(Err(reason)), ConnState::Compiling { started, bytes, .. }) => {
+                if matches!(reason, RemoteError::Deadline(_)) {
+                    // It took at least this long: the estimate must not only ever fall.
+                    self.deadlines.observe(*bytes, started.elapsed());
+                }
                 debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
                 self.fall_back(id, reason.to_string());
             }
@@ -399,6 +407,32 @@ impl Dispatcher {
         set(&self.stats.waiting, n.waiting as u64);
         self.stats.peak_local.fetch_max(u64::from(n.local_used), Ordering::Relaxed);
         self.stats.peak_remote.fetch_max(u64::from(n.remote_used), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_follow_what_units_cost_within_floor_and_cap() {
+        let mut d = Deadlines::new(Duration::from_secs(30), Duration::from_secs(600));
+        // Before any measurement: 1 s per MiB, ten times over, at least the floor.
+        assert_eq!(d.for_unit(1 << 10), Duration::from_secs(30));
+        assert_eq!(d.for_unit(100 << 20), Duration::from_secs(600), "capped");
+        // Slow units (40 s for 100 KiB: heavy templates) raise the estimate past the floor.
+        for _ in 0..60 {
+            d.observe(100 << 10, Duration::from_secs(40));
+        }
+        let slow = d.for_unit(100 << 10);
+        assert!(slow > Duration::from_secs(300) && slow <= Duration::from_secs(600), "{slow:?}");
+        // Fast ones bring it down again, never under the floor.
+        for _ in 0..200 {
+            d.observe(100 << 10, Duration::from_millis(1));
+        }
+        assert_eq!(d.for_unit(100 << 10), Duration::from_secs(30));
+        // A floor above the cap is the cap.
+        assert_eq!(Deadlines::new(Duration::from_secs(9), Duration::from_secs(2)).for_unit(1), Duration::from_secs(2));
     }
 }
 

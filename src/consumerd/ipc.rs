@@ -401,7 +401,10 @@ impl Server {
                     encode_local_header(&message, &mut header);
                     conn.wqueue.push_back(header.freeze());
                     conn.wqueue.extend(payload.into_iter().filter(|p| !p.is_empty()));
-                    conn.awaiting = false;
+                    // A heartbeat is not the answer the wrapper waits for.
+                    if message != ConsumerdMsg::Waiting {
+                        conn.awaiting = false;
+                    }
                 }
                 Outbound::Close => conn.closing = true,
             }

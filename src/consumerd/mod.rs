@@ -9,9 +9,11 @@
 //! - [`Remote`]: the boundary to the scheduler side; [`NoRemote`] for a
 //!   consumerd without a scheduler (window 0: everything local).
 //!
-//! Main items: [`Config`], [`Consumerd`] (bind, then serve), [`run`],
-//! [`Remote`], [`RemoteJob`], [`Compiled`], [`Stats`]. Left out: the
-//! scheduler link (a [`Remote`] implementation) and the command line.
+//! - [`link`]: the [`Remote`] that talks to a scheduler over QUIC.
+//!
+//! Main items: [`Config`], [`Consumerd`] (bind, then serve), [`Remote`],
+//! [`RemoteError`], [`RemoteJob`], [`Compiled`], [`Stats`]. Left out: the
+//! command line.
 
 mod dispatch;
 pub mod ipc;

@@ -126,10 +126,7 @@ fn argv0_for(config: &Config, name: &OsStr, compiler: &Path) -> OsString {
     let same = if name.as_encoded_bytes().contains(&b'/') {
         Path::new(name) == compiler
     } else {
-        let first = std::env::split_paths(config.path_var.as_deref().unwrap_or_default())
-            .map(|dir| dir.join(name))
-            .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file()));
-        first.as_deref() == Some(compiler)
+        crate::cc::resolve::path_candidates(name, config.path_var.as_deref()).next().as_deref() == Some(compiler)
     };
     if same {
         name.to_owned()

@@ -145,14 +145,14 @@ mod tests {
 
     #[test]
     fn heartbeats_keep_a_wait_alive_and_silence_ends_it() {
-        let limit = std::time::Duration::from_millis(300);
+        let limit = std::time::Duration::from_millis(1000);
         let (a, mut b) = UnixStream::pair().unwrap();
         let writer = std::thread::spawn(move || {
-            for _ in 0..4 {
+            for _ in 0..6 {
                 let mut out = BytesMut::new();
                 encode_local(&ConsumerdMsg::Waiting, b"", &mut out);
                 b.write_all(&out).unwrap();
-                std::thread::sleep(limit / 3);
+                std::thread::sleep(limit / 4);
             }
             let mut out = BytesMut::new();
             encode_local(&ConsumerdMsg::Preprocess, b"", &mut out);
@@ -160,7 +160,7 @@ mod tests {
             b // kept open, silent
         });
         let mut s = Session::with_silence_limit(a, limit);
-        // Four heartbeats span longer than the limit: the wait survives them.
+        // Six heartbeats span longer than the limit: the wait survives them.
         assert_eq!(s.recv().unwrap().message, ConsumerdMsg::Preprocess);
         let _open = writer.join().unwrap();
         assert!(matches!(s.recv(), Err(SessionError::Silent(l)) if l == limit));
