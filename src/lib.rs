@@ -36,6 +36,7 @@ pub mod local_socket;
 pub mod net;
 #[cfg(feature = "daemon")]
 pub mod scheduler;
+#[doc(hidden)]
 pub mod test_env;
 pub mod toolchain;
 pub mod wrapper;

@@ -9,23 +9,12 @@
 
 use std::collections::HashSet;
 
-use ccroute_core::{AgentSession, AnswerKind, Config, ConsumerdSession, Dispatch, Job, PeerInfo, Scheduler, TaskId};
+use ccroute_core::{AgentSession, Config, ConsumerdSession, Dispatch, PeerInfo, Scheduler, TaskId};
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 use libfuzzer_sys::fuzz_target;
 
-struct J;
-
-impl Job for J {
-    type Task = u64;
-    type Answer = bool;
-    fn classify(ok: &bool) -> AnswerKind {
-        if *ok {
-            AnswerKind::Success
-        } else {
-            AnswerKind::Failed
-        }
-    }
-}
+/// Bodies are numbers; answers say whether the compile succeeded.
+type J = ccroute_core::test_support::TestJob;
 
 fn tc(i: u8) -> Toolchain {
     Toolchain {
