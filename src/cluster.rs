@@ -40,6 +40,8 @@ pub struct ClusterConfig {
     pub local_slots: u32,
     /// Whether the consumerd prefers remote slots.
     pub prefer_remote: bool,
+    /// The consumerd's direct-mode cache and local tier; `None`: none.
+    pub consumerd_cache_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterConfig {
@@ -54,6 +56,7 @@ impl Default for ClusterConfig {
             consumerd: true,
             local_slots: 1,
             prefer_remote: false,
+            consumerd_cache_dir: None,
         }
     }
 }
@@ -137,6 +140,7 @@ impl LocalCluster {
             let mut c = ConsumerdConfig::new(SocketPath::explicit(&socket));
             c.local_slots = config.local_slots.max(1);
             c.prefer_remote = config.prefer_remote;
+            c.cache_dir.clone_from(&config.consumerd_cache_dir);
             let daemon = Consumerd::bind(c)?;
             let stats = daemon.stats();
             let link = Link::start(

@@ -375,6 +375,20 @@ impl DiskTier {
         debug!(evicted, bytes = self.bytes(), "disk cache evicted");
     }
 
+    /// Deletes every entry this tier knows of; returns how many.
+    pub fn clear(&self) -> u64 {
+        let keys: Vec<CacheKey> = self.index.iter().map(|slot| *slot.key()).collect();
+        let mut removed = 0;
+        for key in keys {
+            if let Some((_, slot)) = self.index.remove(&key) {
+                self.bytes.fetch_sub(slot.size, Ordering::Relaxed);
+                remove_quietly(&self.path(&key));
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Where `key`'s entry lives.
     pub fn path(&self, key: &CacheKey) -> PathBuf {
         let hex = key_hex(key);

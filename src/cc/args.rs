@@ -36,6 +36,15 @@ pub(crate) struct Scan {
     pub deps_file_given: bool,
     /// `-MT` or `-MQ` was given.
     pub deps_target_given: bool,
+    /// The dependency file named by `-MF` or `-Wp,-MD,file` (the last one).
+    pub deps_file: Option<String>,
+    /// The dependency output leaves system headers out (`-MMD`).
+    pub deps_user_only: bool,
+    /// `-I` directories given inside `-Wp,` (searched before the driver's).
+    pub wp_include_dirs: Vec<String>,
+    /// Include directories in gcc's search order: `-iquote`, `-I`,
+    /// `-isystem`, `-idirafter` (each list in command-line order).
+    pub include_dirs: Vec<String>,
     /// Debug info is requested (the last level-setting `-g` flag is not level 0).
     pub debug: bool,
     /// `-include` files (a precompiled `.gch` beside one keeps the compile local).
@@ -234,6 +243,7 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
     let mut s = Scan::default();
     let mut lang: Option<Language> = None;
     let mut rest = args.iter();
+    let (mut quote_dirs, mut plain_dirs, mut system_dirs, mut after_dirs) = (vec![], vec![], vec![], vec![]);
     while let Some(raw) = rest.next() {
         let arg = raw.to_str().ok_or(LocalReason::NotUtf8)?;
         let pp = &mut s.preprocess;
@@ -293,17 +303,24 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
             s.remote.push(format!("{name}{v}"));
         } else if let Some(name) = PREPROCESSOR_PATH_OPTIONS.iter().find(|n| arg.starts_with(*n)) {
             let v = take_value(name, arg, &mut rest, pp, true)?;
-            if *name == "-include" {
-                s.forced_includes.push(v.to_owned());
+            match *name {
+                "-include" => s.forced_includes.push(v.to_owned()),
+                "-iquote" => quote_dirs.push(v.to_owned()),
+                "-I" => plain_dirs.push(v.to_owned()),
+                "-isystem" => system_dirs.push(v.to_owned()),
+                "-idirafter" => after_dirs.push(v.to_owned()),
+                _ => {}
             }
         } else if matches!(arg, "-nostdinc" | "-nostdinc++" | "-I-" | "-MP" | "-MG" | "-pipe") {
             // Preprocessor-only (or, for -pipe, driver-only): nothing for the agent.
         } else if matches!(arg, "-MD" | "-MMD") {
             s.deps_driver = true;
+            s.deps_user_only = arg == "-MMD";
         } else if let Some(name) = ["-MF", "-MT", "-MQ"].iter().find(|n| arg.starts_with(*n)) {
-            take_value(name, arg, &mut rest, pp, true)?;
+            let v = take_value(name, arg, &mut rest, pp, true)?;
             if *name == "-MF" {
                 s.deps_file_given = true;
+                s.deps_file = Some(v.to_owned());
             } else {
                 s.deps_target_given = true;
             }
@@ -360,6 +377,8 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
             return Err(LocalReason::Unrecognized(arg.to_owned()));
         }
     }
+    let wp_dirs = std::mem::take(&mut s.wp_include_dirs);
+    s.include_dirs = [quote_dirs, wp_dirs, plain_dirs, system_dirs, after_dirs].concat();
     Ok(s)
 }
 
@@ -370,16 +389,18 @@ fn scan_wp(arg: &str, list: &str, s: &mut Scan) -> Result<(), LocalReason> {
     while let Some(item) = items.next() {
         match item {
             "-MD" | "-MMD" => {
-                if items.next().is_none_or(str::is_empty) {
+                let Some(file) = items.next().filter(|f| !f.is_empty()) else {
                     return Err(local(arg, "dependency flag without a file"));
-                }
+                };
                 s.deps_wp = true;
+                s.deps_user_only = item == "-MMD";
+                s.deps_file = Some(file.to_owned());
             }
             "-MP" => {}
             _ if item.len() > 2 && (item.starts_with("-D") || item.starts_with("-U")) => {
                 s.remote_wp_macros.push(item.to_owned());
             }
-            _ if item.len() > 2 && item.starts_with("-I") => {}
+            _ if item.len() > 2 && item.starts_with("-I") => s.wp_include_dirs.push(item[2..].to_owned()),
             _ => return Err(local(arg, "unsupported preprocessor option")),
         }
     }

@@ -47,7 +47,7 @@ use std::path::Path;
 pub use allow::{validate, RefusedArg};
 pub use lang::Language;
 pub use layout::{agent_command, AgentCommand, AgentSetupError};
-pub use plan::{classify, Classification, RemotePlan};
+pub use plan::{classify, Classification, DirectInputs, RemotePlan};
 pub use preprocessed::{find_unsafe_pragma, postprocess, Preprocessed};
 pub use resolve::{resolve_compiler, ResolveError};
 

@@ -57,7 +57,29 @@ pub struct RemotePlan {
     pub output: PathBuf,
     /// The input's language.
     pub language: Language,
+    /// What the consumerd's direct-mode cache needs besides the command.
+    pub direct: DirectInputs,
 }
+
+/// The parts of a command that decide which files its preprocessing reads
+/// and what it writes besides the object, for the consumerd's direct-mode
+/// cache (`crate::consumerd::direct`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DirectInputs {
+    /// The dependency file the compile writes, absolute.
+    pub dep_file: Option<PathBuf>,
+    /// The command's dependency output leaves system headers out (`-MMD`),
+    /// so it cannot say what a local compile read.
+    pub deps_user_only: bool,
+    /// Include directories, absolute, in search order: `-iquote`, `-I`,
+    /// `CPATH`, `-isystem`, `C_INCLUDE_PATH` and its kin, `-idirafter`.
+    pub include_dirs: Vec<PathBuf>,
+    /// The environment variables that add include directories, as set.
+    pub include_env: Vec<(String, OsString)>,
+}
+
+/// Environment variables that add include directories (gcc and clang).
+pub const INCLUDE_ENV: &[&str] = &["CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH"];
 
 impl RemotePlan {
     /// Cleans the preprocess run's stdout into the text the agent compiles.
@@ -171,6 +193,7 @@ fn plan(
         });
     }
     let preprocess_args = preprocess_args(family, &s);
+    let direct = direct_inputs(&s, cwd, &output_name, env);
     let mut remote = s.remote;
     remote.extend(s.remote_wp_macros);
     let spec = TaskSpec {
@@ -179,7 +202,43 @@ fn plan(
         cwd: if s.debug { Some(cwd_string(cwd)?) } else { None },
         env: diagnostic_env(env),
     };
-    Ok(RemotePlan { family, preprocess_args, spec, input: cwd.join(&input), output: cwd.join(output_name), language })
+    Ok(RemotePlan {
+        family,
+        preprocess_args,
+        spec,
+        input: cwd.join(&input),
+        output: cwd.join(output_name),
+        language,
+        direct,
+    })
+}
+
+/// Where the dependency file goes (as gcc's driver names it) and the include
+/// search directories, with `CPATH` and its kin in their place.
+fn direct_inputs(s: &Scan, cwd: &Path, output: &str, env: &dyn Fn(&str) -> Option<OsString>) -> DirectInputs {
+    let dep_file = match (&s.deps_file, s.deps_driver || s.deps_wp) {
+        (Some(f), true) => Some(cwd.join(f)),
+        (None, true) => Some(cwd.join(replace_extension(output, ".d"))),
+        _ => None,
+    };
+    let include_env: Vec<(String, OsString)> =
+        INCLUDE_ENV.iter().filter_map(|k| env(k).map(|v| ((*k).to_owned(), v))).collect();
+    let env_dirs = |names: &[&str]| -> Vec<PathBuf> {
+        include_env
+            .iter()
+            .filter(|(k, _)| names.contains(&k.as_str()))
+            .flat_map(|(_, v)| std::env::split_paths(v).collect::<Vec<_>>())
+            // An empty element means the working directory.
+            .map(|d| if d.as_os_str().is_empty() { cwd.to_owned() } else { cwd.join(d) })
+            .collect()
+    };
+    // `CPATH` acts like `-I` after the command's `-I`s, the others like
+    // `-isystem`: appended after the command's own, which keeps each
+    // directory after those it follows in gcc's search.
+    let mut include_dirs: Vec<PathBuf> = s.include_dirs.iter().map(|d| cwd.join(d)).collect();
+    include_dirs.extend(env_dirs(&["CPATH"]));
+    include_dirs.extend(env_dirs(&["C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH"]));
+    DirectInputs { dep_file, deps_user_only: s.deps_user_only, include_dirs, include_env }
 }
 
 fn diagnostic_env(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<(String, String)> {

@@ -53,6 +53,14 @@ pub enum Command {
     Consumerd(ConsumerdArgs),
     /// Ask the scheduler for routes, agents, consumerds and totals.
     Status(StatusArgs),
+    /// The local consumerd's cache: direct hits, misses, refusals, sizes (like `ccache -s`).
+    Stats(LocalCacheArgs),
+    /// The local consumerd's cache.
+    Cache {
+        /// What to do with it.
+        #[command(subcommand)]
+        action: CacheAction,
+    },
     /// Build the bundled sample project through a scheduler, two agents and a
     /// consumerd on 127.0.0.1, twice.
     Demo(DemoArgs),
@@ -175,6 +183,39 @@ pub struct ConsumerdArgs {
     /// The fewest seconds a remote compile is given before it is abandoned.
     #[arg(long, value_name = "SECS")]
     pub remote_deadline_floor: Option<f64>,
+    /// Where the direct-mode cache and the local tier live (default:
+    /// consumerd/ in the user's cache directory, e.g. ~/.cache/ccroute/consumerd).
+    #[arg(long, env = "CCROUTE_LOCAL_CACHE_DIR")]
+    pub local_cache_dir: Option<PathBuf>,
+    /// The local tier's size cap, bytes.
+    #[arg(long, env = "CCROUTE_LOCAL_CACHE_SIZE", default_value_t = crate::consumerd::direct::DEFAULT_MAX_BYTES)]
+    pub local_cache_size: u64,
+    /// No direct-mode cache and no local tier: every compile preprocesses
+    /// (remote) or compiles (local); the scheduler's cache still answers remote ones.
+    #[arg(long, env = "CCROUTE_NO_LOCAL_CACHE")]
+    pub no_local_cache: bool,
+}
+
+/// `ccroute stats` and `ccroute cache clear`: the consumerd's cache.
+#[derive(Debug, Args)]
+pub struct LocalCacheArgs {
+    /// The consumerd's socket.
+    #[arg(long, env = "CCROUTE_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// The cache's directory, for when no consumerd runs (as `consumerd --local-cache-dir`).
+    #[arg(long, env = "CCROUTE_LOCAL_CACHE_DIR")]
+    pub local_cache_dir: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ccroute cache …`.
+#[derive(Debug, Subcommand)]
+pub enum CacheAction {
+    /// Empty this user's tiers (results, manifests, digests); a running
+    /// consumerd forgets them too.
+    Clear(LocalCacheArgs),
 }
 
 /// `ccroute status`.

@@ -26,6 +26,7 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
         // Remote while the scheduler's window has room, so that the cache
         // can answer every compile of the second build.
         prefer_remote: true,
+        consumerd_cache_dir: crate::consumerd::default_cache_dir(),
         ..ClusterConfig::default()
     })
     .await?;
@@ -56,9 +57,10 @@ pub(crate) async fn run(a: DemoArgs) -> Result<(), BoxError> {
         let after = stats.snapshot();
         let hits = cluster.scheduler.totals().intercepted - hits_before;
         println!(
-            "build {round} through ccroute:     {:>6.1} s  ({:.2}x local)  {} compiles remote ({hits} answered by the cache), {} local, {} fell back to local",
+            "build {round} through ccroute:     {:>6.1} s  ({:.2}x local)  {} answered by the consumerd's cache, {} compiles remote ({hits} answered by the scheduler's cache), {} local, {} fell back to local",
             took.as_secs_f64(),
             took.as_secs_f64() / local.as_secs_f64(),
+            after.direct_hits - before.direct_hits,
             after.remote - before.remote,
             after.local - before.local,
             after.fallbacks - before.fallbacks

@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod demo;
+pub mod local_cache;
 pub mod status;
 
 use std::ffi::OsString;
@@ -29,7 +30,7 @@ use crate::net::{tls, CertRole, TransportOptions};
 
 /// Subcommand names: an argument list starting with one of these is ours,
 /// anything else is a compiler.
-const SUBCOMMANDS: &[&str] = &["certs", "scheduler", "agent", "consumerd", "status", "demo"];
+const SUBCOMMANDS: &[&str] = &["certs", "scheduler", "agent", "consumerd", "status", "stats", "cache", "demo"];
 
 /// The process entry point; returns the exit code.
 pub fn main(argv: Vec<OsString>) -> i32 {
@@ -80,7 +81,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn run(cli: Cli) -> Result<(), BoxError> {
     // The demo prints its own report; its daemons only speak up about trouble.
-    let quiet = matches!(cli.command, Command::Demo(_) | Command::Status(_) | Command::Certs { .. });
+    let quiet = matches!(
+        cli.command,
+        Command::Demo(_) | Command::Status(_) | Command::Certs { .. } | Command::Stats(_) | Command::Cache { .. }
+    );
     init_logs(
         cli.log_json,
         if quiet {
@@ -107,6 +111,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Consumerd(a) => runtime(None)?.block_on(consumerd(a)),
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
+        Command::Stats(a) => local_cache::run(&a, ccroute_wire::local::Query::Stats),
+        Command::Cache { action: args::CacheAction::Clear(a) } => {
+            local_cache::run(&a, ccroute_wire::local::Query::Clear)
+        }
         Command::Demo(a) => runtime(None)?.block_on(demo::run(a)),
     }
 }
@@ -244,6 +252,12 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     if let Some(v) = a.remote_deadline_floor {
         config.remote_deadline_floor = seconds(v, "remote-deadline-floor")?;
     }
+    if a.no_local_cache {
+        config.cache_dir = None;
+    } else if let Some(d) = &a.local_cache_dir {
+        config.cache_dir = Some(d.clone());
+    }
+    config.cache_max_bytes = a.local_cache_size;
     if let Some(s) = a.idle_exit {
         config.idle_exit = Duration::from_secs(s);
     } else if std::env::var_os(crate::local_socket::SPAWNED_ENV).is_some() {

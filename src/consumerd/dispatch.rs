@@ -1,14 +1,17 @@
 //! The tokio side of the consumerd's local half: one task that owns every
 //! connection's state, the [`Slots`], and the remote compiles in flight.
 //!
-//! Per connection: `Job` → waits in line → `RunLocally` (holds a local slot
+//! Per connection: `Job` → a direct-mode lookup (when the consumerd has a
+//! [`DirectCache`] and the wrapper sent what it needs): a hit is answered at
+//! once (`Hit`), before any slot is taken → else waits in line → `RunLocally` (holds a local slot
 //! until the connection closes) or `Preprocess` (holds a remote slot; the
 //! compiler's identity is looked up meanwhile) → `Source` → remote compile →
 //! `Compiled`. `Abandon`, a failed identity lookup or a failed remote compile
 //! give the remote slot back and wait for a local one (`RunLocally`). A
 //! connection that closes gives up whatever it held and cancels its remote
 //! compile. Anything out of order closes the connection; its wrapper then
-//! compiles locally.
+//! compiles locally. A compile that missed is recorded once it succeeds:
+//! a remote one from its result, a local one from the wrapper's `Record`.
 //!
 //! Main item: [`Dispatcher`]. Left out: socket I/O ([`super::ipc`]).
 
@@ -22,13 +25,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ccroute_wire::local::{CompiledHeader, ConsumerdMsg, Job, WrapperMsg, HEARTBEAT, LOCAL_PROTOCOL_VERSION};
+use ccroute_wire::local::{
+    split_four, CompiledHeader, ConsumerdMsg, DirectJob, Job, Query, WrapperMsg, HEARTBEAT, LOCAL_PROTOCOL_VERSION,
+};
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::direct::{DirectCache, Lookup, Probe};
 use super::ipc::{ConnId, IpcEvent, IpcHandle, Outbound};
 use super::slots::{Grant, Slots, Want};
 use super::{Compiled, Config, Ended, Remote, RemoteError, RemoteJob, Stats};
@@ -38,13 +44,18 @@ use crate::toolchain::ToolchainMemo;
 enum Done {
     Toolchain(Result<Arc<Toolchain>, String>),
     Remote(Result<Compiled, RemoteError>),
+    Lookup(Lookup),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WorkKind {
     Toolchain,
     Remote,
+    Lookup,
 }
+
+/// How often changed manifests are written out.
+const PERSIST_EVERY: Duration = Duration::from_secs(10);
 
 enum IdentityLookup {
     Pending,
@@ -53,6 +64,8 @@ enum IdentityLookup {
 }
 
 enum ConnState {
+    /// The direct-mode lookup runs; nothing is held.
+    Looking,
     /// In line for a first grant.
     Queued,
     /// `RunLocally` sent: a local slot is held.
@@ -76,6 +89,13 @@ struct Conn {
     spec: TaskSpec,
     pid: u32,
     state: ConnState,
+    /// What a direct-mode lookup and record need (`None`: no cache for this one).
+    direct: Option<Arc<DirectJob>>,
+    /// Set by a lookup that missed: record the compile under it.
+    probe: Option<Probe>,
+    /// For a remote compile to record: the files its preprocessing read and
+    /// the dependency file it wrote.
+    read: Option<(Vec<Vec<u8>>, Bytes)>,
 }
 
 /// Owns the connections' states and drives them.
@@ -89,6 +109,7 @@ pub(super) struct Dispatcher {
     work_owner: HashMap<tokio::task::Id, (ConnId, WorkKind)>,
     stats: Arc<Stats>,
     deadlines: Deadlines,
+    direct: Option<Arc<DirectCache>>,
 }
 
 /// How long a remote compile may take before it is given up and the unit
@@ -131,7 +152,13 @@ impl Deadlines {
 }
 
 impl Dispatcher {
-    pub(super) fn new(config: &Config, remote: Arc<dyn Remote>, ipc: IpcHandle, stats: Arc<Stats>) -> Dispatcher {
+    pub(super) fn new(
+        config: &Config,
+        remote: Arc<dyn Remote>,
+        ipc: IpcHandle,
+        stats: Arc<Stats>,
+        direct: Option<Arc<DirectCache>>,
+    ) -> Dispatcher {
         Dispatcher {
             remote,
             ipc,
@@ -142,6 +169,7 @@ impl Dispatcher {
             work_owner: HashMap::new(),
             stats,
             deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
+            direct,
         }
     }
 
@@ -159,6 +187,8 @@ impl Dispatcher {
         let mut idle_deadline = Instant::now() + idle_exit;
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut persist = tokio::time::interval(PERSIST_EVERY);
+        persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
             let idle = !idle_exit.is_zero() && self.conns.is_empty();
             tokio::select! {
@@ -183,6 +213,11 @@ impl Dispatcher {
                 }
                 Some(done) = self.work.join_next_with_id(), if !self.work.is_empty() => self.on_done(done),
                 _ = heartbeat.tick() => self.heartbeat(),
+                _ = persist.tick(), if self.direct.is_some() => {
+                    if let Some(d) = self.direct.clone() {
+                        drop(tokio::task::spawn_blocking(move || d.persist()));
+                    }
+                }
                 () = tokio::time::sleep_until(idle_deadline), if idle => break Ended::Idle,
             }
             self.pump();
@@ -192,6 +227,9 @@ impl Dispatcher {
         self.work.abort_all();
         let ipc = self.ipc;
         let _ = tokio::task::spawn_blocking(move || ipc.shutdown()).await;
+        if let Some(d) = self.direct {
+            let _ = tokio::task::spawn_blocking(move || d.persist()).await;
+        }
         ended
     }
 
@@ -203,6 +241,7 @@ impl Dispatcher {
         let Some(conn) = self.conns.get_mut(&id) else {
             return match frame.message {
                 WrapperMsg::Job(job) => self.on_job(id, job),
+                WrapperMsg::Query(q) => self.on_query(id, q),
                 other => self.violation(id, &format!("{} before a job", name(&other))),
             };
         };
@@ -213,10 +252,58 @@ impl Dispatcher {
             }
             (WrapperMsg::Source(header), ConnState::Preprocessing { source, .. }) if source.is_none() => {
                 *source = Some((frame.payload, header.cacheable));
+                if conn.probe.is_some() {
+                    // The dependency file is read now, while the wrapper
+                    // waits: once it exits, the build may move it.
+                    let dep = conn.direct.as_ref().and_then(|d| d.dep_file.clone());
+                    match dep.map(|p| std::fs::read(OsStr::from_bytes(&p))).transpose() {
+                        Ok(deps) => conn.read = Some((header.files, deps.map(Bytes::from).unwrap_or_default())),
+                        Err(_) => conn.probe = None,
+                    }
+                }
                 self.try_compile(id);
+            }
+            (WrapperMsg::Record(header), ConnState::Local) if conn.probe.is_some() => {
+                let (Some(probe), Some(job), Some(cache)) =
+                    (conn.probe.take(), conn.direct.clone(), self.direct.clone())
+                else {
+                    return;
+                };
+                let Some(parts) = split_four(&header.lens, frame.payload) else {
+                    return self.violation(id, "a record whose payload does not match its header");
+                };
+                let compiler = conn.compiler.clone();
+                drop(tokio::task::spawn_blocking(move || {
+                    record(&cache, &compiler, &probe, &job, &header.files, parts)
+                }));
             }
             (other, _) => self.violation(id, &format!("unexpected {}", name(&other))),
         }
+    }
+
+    fn on_query(&mut self, id: ConnId, q: Query) {
+        let Some(cache) = self.direct.clone() else {
+            let report = ccroute_wire::local::CacheReport { counters: self.counters(), ..Default::default() };
+            self.ipc.send(id, Outbound::Message(ConsumerdMsg::Report(report), vec![]));
+            return self.ipc.send(id, Outbound::Close);
+        };
+        let counters = self.counters();
+        let ipc = self.ipc.sender();
+        drop(tokio::task::spawn_blocking(move || {
+            if q == Query::Clear {
+                cache.clear();
+            }
+            let mut report = cache.report();
+            report.counters.extend(counters);
+            ipc.send(id, Outbound::Message(ConsumerdMsg::Report(report), vec![]));
+            ipc.send(id, Outbound::Close);
+        }));
+    }
+
+    /// The dispatcher's own counters, for a report.
+    fn counters(&self) -> Vec<(String, u64)> {
+        let s = self.stats.snapshot();
+        vec![("remote".into(), s.remote), ("local".into(), s.local), ("fallback".into(), s.fallbacks)]
     }
 
     fn on_job(&mut self, id: ConnId, job: Job) {
@@ -231,8 +318,23 @@ impl Dispatcher {
         };
         debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
         let same_protocol = job.version == LOCAL_PROTOCOL_VERSION;
-        self.conns.insert(id, Conn { same_protocol, compiler, spec: job.spec, pid: job.pid, state: ConnState::Queued });
-        self.slots.request(id, want);
+        let direct = job.direct.filter(|_| want == Want::Any && self.direct.is_some()).map(Arc::new);
+        let state = if direct.is_some() { ConnState::Looking } else { ConnState::Queued };
+        let conn =
+            Conn { same_protocol, compiler, spec: job.spec, pid: job.pid, state, direct, probe: None, read: None };
+        if let (Some(cache), Some(job)) = (self.direct.clone(), conn.direct.clone()) {
+            let (toolchains, compiler) = (self.toolchains.clone(), conn.compiler.clone());
+            let task = self.work.spawn_blocking(move || {
+                Done::Lookup(match toolchains.get(&compiler) {
+                    Ok(t) => cache.lookup(&identity(&t), &compiler, &job),
+                    Err(_) => Lookup::Refused("the compiler's identity is unknown"),
+                })
+            });
+            self.work_owner.insert(task.id(), (id, WorkKind::Lookup));
+        } else {
+            self.slots.request(id, want);
+        }
+        self.conns.insert(id, conn);
     }
 
     /// Hands out every slot that can be handed out.
@@ -247,6 +349,7 @@ impl Dispatcher {
             };
             match grant {
                 Grant::Local => {
+                    let record = conn.probe.is_some();
                     let reason = match std::mem::replace(&mut conn.state, ConnState::Local) {
                         ConnState::FallingBack { reason } => {
                             bump(&self.stats.fallbacks);
@@ -257,7 +360,7 @@ impl Dispatcher {
                             "a local slot is free".to_owned()
                         }
                     };
-                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason }, vec![]));
+                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason, record }, vec![]));
                 }
                 Grant::Remote => {
                     conn.state = ConnState::Preprocessing { lookup: IdentityLookup::Pending, source: None };
@@ -311,7 +414,8 @@ impl Dispatcher {
         for (id, conn) in &self.conns {
             let waiting = matches!(
                 conn.state,
-                ConnState::Queued
+                ConnState::Looking
+                    | ConnState::Queued
                     | ConnState::Preprocessing { .. }
                     | ConnState::Compiling { .. }
                     | ConnState::FallingBack { .. }
@@ -336,11 +440,31 @@ impl Dispatcher {
                 match kind {
                     WorkKind::Toolchain => Done::Toolchain(Err("the compiler identity lookup failed".into())),
                     WorkKind::Remote => Done::Remote(Err(RemoteError::Failed)),
+                    WorkKind::Lookup => Done::Lookup(Lookup::Refused("the lookup failed")),
                 }
             }
         };
         let Some(conn) = self.conns.get_mut(&id) else { return };
         match (done, &mut conn.state) {
+            (Done::Lookup(found), ConnState::Looking) => match found {
+                Lookup::Hit(parts) => {
+                    conn.state = ConnState::Answered;
+                    bump(&self.stats.direct_hits);
+                    debug!(conn = %id, pid = conn.pid, "direct-mode hit");
+                    let lens = parts.each_ref().map(|p| p.len() as u64);
+                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::Hit { lens }, parts.into()));
+                }
+                Lookup::Miss(probe) => {
+                    conn.probe = Some(probe);
+                    conn.state = ConnState::Queued;
+                    self.slots.request(id, Want::Any);
+                }
+                Lookup::Refused(why) => {
+                    debug!(conn = %id, pid = conn.pid, why, "direct mode does not apply");
+                    conn.state = ConnState::Queued;
+                    self.slots.request(id, Want::Any);
+                }
+            },
             (Done::Toolchain(result), ConnState::Preprocessing { lookup, .. }) => {
                 *lookup = match result {
                     Ok(t) => IdentityLookup::Ready(t),
@@ -354,6 +478,13 @@ impl Dispatcher {
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
                 let (status, parts) = (compiled.exit_status, compiled.parts);
+                if let (0, Some(probe), Some(job), Some((listed, deps)), Some(cache)) =
+                    (status, conn.probe.take(), conn.direct.clone(), conn.read.take(), self.direct.clone())
+                {
+                    let compiler = conn.compiler.clone();
+                    let parts = [parts.stdout.clone(), parts.stderr.clone(), parts.object.clone(), deps];
+                    drop(tokio::task::spawn_blocking(move || record(&cache, &compiler, &probe, &job, &listed, parts)));
+                }
                 let header = CompiledHeader::of(status, &parts);
                 debug!(conn = %id, pid = conn.pid, status, "remote result");
                 let payload = vec![parts.stdout, parts.stderr, parts.object];
@@ -436,6 +567,48 @@ mod deadline_tests {
     }
 }
 
+/// What tells toolchains apart in a manifest key: the route key and the
+/// binaries' digest.
+fn identity(t: &Toolchain) -> Vec<u8> {
+    let mut v = t.key().0.to_le_bytes().to_vec();
+    v.extend_from_slice(&t.binary_hash);
+    v
+}
+
+/// Records a compile in the direct-mode cache (on a blocking thread).
+fn record(
+    cache: &DirectCache,
+    compiler: &std::path::Path,
+    probe: &Probe,
+    job: &DirectJob,
+    listed: &[Vec<u8>],
+    parts: [Bytes; 4],
+) {
+    let system = cache.system_dirs(compiler, is_cxx(job));
+    if let Err(why) = cache.record(probe, job, listed, parts, &system) {
+        debug!(why, "not recorded");
+    }
+}
+
+/// Whether the unit is C++ (its system include directories differ).
+fn is_cxx(job: &DirectJob) -> bool {
+    let mut x = None;
+    let mut args = job.args.iter();
+    while let Some(a) = args.next() {
+        if a == b"-x" {
+            x = args.next().map(|v| v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
+        } else if let Some(v) = a.strip_prefix(b"-x") {
+            x = Some(v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
+        }
+    }
+    x.unwrap_or_else(|| {
+        matches!(
+            crate::cc::lang::language_of_path(OsStr::from_bytes(&job.input)),
+            Some(crate::cc::Language::Cxx | crate::cc::Language::ObjCxx | crate::cc::Language::CxxHeader)
+        )
+    })
+}
+
 fn bump(counter: &AtomicU64) {
     // Relaxed: a display counter.
     counter.fetch_add(1, Ordering::Relaxed);
@@ -446,5 +619,7 @@ fn name(msg: &WrapperMsg) -> &'static str {
         WrapperMsg::Job(_) => "job",
         WrapperMsg::Abandon { .. } => "abandon",
         WrapperMsg::Source(_) => "source",
+        WrapperMsg::Record(_) => "record",
+        WrapperMsg::Query(_) => "query",
     }
 }

@@ -159,12 +159,35 @@ pub struct IpcHandle {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A sending end of the handle, for work off the dispatcher's task.
+#[derive(Debug, Clone)]
+pub struct IpcSender {
+    outbound: flume::Sender<(ConnId, Outbound)>,
+    waker: Arc<Waker>,
+}
+
+impl IpcSender {
+    /// Queues `out` for `conn` (ignored if the connection is gone).
+    pub fn send(&self, conn: ConnId, out: Outbound) {
+        if self.outbound.send((conn, out)).is_ok() {
+            if let Err(e) = self.waker.wake() {
+                warn!(error = %e, "cannot wake the socket thread");
+            }
+        }
+    }
+}
+
 impl IpcHandle {
     /// Queues `out` for `conn` (ignored if the connection is gone).
     pub fn send(&self, conn: ConnId, out: Outbound) {
         if self.outbound.send((conn, out)).is_ok() {
             self.wake();
         }
+    }
+
+    /// A sender that other threads can hold.
+    pub fn sender(&self) -> IpcSender {
+        IpcSender { outbound: self.outbound.clone(), waker: self.waker.clone() }
     }
 
     fn wake(&self) {

@@ -10,11 +10,14 @@
 //!   consumerd without a scheduler (window 0: everything local).
 //!
 //! - [`link`]: the [`Remote`] that talks to a scheduler over QUIC.
+//! - [`direct`]: the direct-mode cache and local tier, consulted before any
+//!   slot is taken.
 //!
 //! Main items: [`Config`], [`Consumerd`] (bind, then serve), [`Remote`],
 //! [`RemoteError`], [`RemoteJob`], [`Compiled`], [`Stats`]. Left out: the
 //! command line.
 
+pub mod direct;
 mod dispatch;
 pub mod ipc;
 pub mod link;
@@ -167,11 +170,16 @@ pub struct Config {
     pub remote_deadline_floor: Duration,
     /// Grant remote slots before local ones.
     pub prefer_remote: bool,
+    /// Where the direct-mode cache and local tier live; `None`: no cache here.
+    pub cache_dir: Option<PathBuf>,
+    /// The local tier's size cap.
+    pub cache_max_bytes: u64,
 }
 
 impl Config {
     /// Defaults: a local slot per available CPU, no idle exit, 4096
-    /// connections, remote deadlines between 30 s and 10 minutes.
+    /// connections, remote deadlines between 30 s and 10 minutes, the
+    /// direct-mode cache in the user's cache directory (`consumerd/`), 5 GiB.
     pub fn new(socket: SocketPath) -> Config {
         let cpus = crate::host::online_cpus();
         Config {
@@ -182,8 +190,16 @@ impl Config {
             remote_timeout: Duration::from_secs(600),
             remote_deadline_floor: Duration::from_secs(30),
             prefer_remote: false,
+            cache_dir: default_cache_dir(),
+            cache_max_bytes: direct::DEFAULT_MAX_BYTES,
         }
     }
+}
+
+/// Where a consumerd keeps its direct-mode cache and local tier by default:
+/// `consumerd/` in the user's cache directory ([`crate::cache::default_dir`]).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    crate::cache::default_dir().map(|d| d.join("consumerd"))
 }
 
 /// Why the consumerd could not run.
@@ -218,6 +234,7 @@ pub struct Stats {
     waiting: AtomicU64,
     peak_local: AtomicU64,
     peak_remote: AtomicU64,
+    direct_hits: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -241,6 +258,8 @@ pub struct StatsSnapshot {
     pub peak_local: u64,
     /// Most remote slots ever held at once.
     pub peak_remote: u64,
+    /// Compiles answered by the direct-mode cache.
+    pub direct_hits: u64,
 }
 
 impl Stats {
@@ -258,6 +277,7 @@ impl Stats {
             waiting: get(&self.waiting),
             peak_local: get(&self.peak_local),
             peak_remote: get(&self.peak_remote),
+            direct_hits: get(&self.direct_hits),
         }
     }
 }
@@ -269,6 +289,7 @@ pub struct Consumerd {
     ipc: ipc::IpcHandle,
     inbound: flume::Receiver<(ipc::ConnId, ipc::IpcEvent)>,
     stats: Arc<Stats>,
+    direct: Option<Arc<direct::DirectCache>>,
 }
 
 impl Consumerd {
@@ -280,7 +301,14 @@ impl Consumerd {
     pub fn bind(config: Config) -> Result<Consumerd, ConsumerdError> {
         let bound = ipc::bind(&config.socket)?;
         let (ipc, inbound) = ipc::spawn(bound, config.max_connections)?;
-        Ok(Consumerd { config, ipc, inbound, stats: Arc::default() })
+        let direct = config.cache_dir.as_deref().and_then(|dir| match direct::DirectCache::open(dir, config.cache_max_bytes) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no direct-mode cache: every compile preprocesses or compiles (check the directory, or pass --cache-dir)");
+                None
+            }
+        });
+        Ok(Consumerd { config, ipc, inbound, stats: Arc::default(), direct })
     }
 
     /// The socket it listens on.
@@ -297,8 +325,8 @@ impl Consumerd {
     /// [`Config::idle_exit`]. Remote compiles in flight are dropped and their
     /// wrappers compile locally.
     pub async fn serve(self, remote: Arc<dyn Remote>, shutdown: CancellationToken) -> Ended {
-        let Consumerd { config, ipc, inbound, stats } = self;
-        let dispatcher = dispatch::Dispatcher::new(&config, remote.clone(), ipc, stats);
+        let Consumerd { config, ipc, inbound, stats, direct } = self;
+        let dispatcher = dispatch::Dispatcher::new(&config, remote.clone(), ipc, stats, direct);
         dispatcher.run(inbound, remote.window(), config.idle_exit, shutdown.cancelled_owned()).await
     }
 }

@@ -236,6 +236,7 @@ fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
         compiler: b"/usr/bin/gcc".to_vec(),
         spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![] },
         pid: 0,
+        direct: None,
     };
     let mut session = crate::wrapper::session::Session::new(s.try_clone().unwrap());
     session.send(&WrapperMsg::Job(job), b"").unwrap();

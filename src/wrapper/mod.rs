@@ -12,7 +12,8 @@
 //! ```text
 //! resolve compiler → classify ── Local ──▶ exec the compiler
 //!                        └─ Remote ─▶ connect (start a consumerd if none) ─▶ Job
-//!                              RunLocally ─▶ compile here, holding the slot
+//!                              Hit ─▶ write object and dependency file, print, exit
+//!                              RunLocally ─▶ compile here, holding the slot (and Record what it made)
 //!                              Preprocess ─▶ preprocess ─▶ Source ─▶ Compiled ─▶ write object, print, exit
 //!                                                └─▶ Abandon ─▶ RunLocally ─▶ compile here
 //! ```
@@ -25,13 +26,14 @@
 
 pub mod connect;
 pub mod process;
+pub mod record;
 pub mod session;
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use ccroute_wire::local::{ConsumerdMsg, Job, SourceHeader, WrapperMsg, LOCAL_PROTOCOL_VERSION};
+use ccroute_wire::local::{split_four, ConsumerdMsg, Job, SourceHeader, WrapperMsg, LOCAL_PROTOCOL_VERSION};
 
 use crate::cc::{classify, resolve_compiler, Classification, Family, RemotePlan, ResolveError};
 use crate::local_socket::SocketPath;
@@ -169,6 +171,8 @@ struct Wrapper<'a> {
 enum Decision {
     /// Compile here. With a session, it holds a local slot until the compile ends.
     Local(Option<Session>, String),
+    /// Compile here holding the session's slot, and record what it made.
+    Record(Session, String),
     /// The remote compile is done; exit with this code.
     Done(i32),
 }
@@ -183,6 +187,11 @@ impl Wrapper<'_> {
                 drop(slot);
                 code
             }
+            Decision::Record(session, why) => {
+                self.config.note(format_args!("local ({why}), recorded for the cache"));
+                let colors = record::colors(self.args);
+                record::compile_recording(self.compiler, self.argv0, self.args, self.plan, colors, session)
+            }
         }
     }
 
@@ -192,11 +201,13 @@ impl Wrapper<'_> {
             Err(e) => return Decision::Local(None, e.to_string()),
         };
         let mut session = Session::new(stream);
+        let terminal = std::io::stderr().is_terminal();
         let job = Job {
             version: LOCAL_PROTOCOL_VERSION,
             compiler: self.compiler.as_os_str().as_encoded_bytes().to_vec(),
-            spec: with_terminal_colors(self.plan.spec.clone(), std::io::stderr().is_terminal()),
+            spec: with_terminal_colors(self.plan.spec.clone(), terminal),
             pid: std::process::id(),
+            direct: record::direct_job(self.plan, self.args, self.cwd, record::colors(self.args)),
         };
         if let Err(e) = session.send(&WrapperMsg::Job(job), b"") {
             return Decision::Local(None, e.to_string());
@@ -209,10 +220,31 @@ impl Wrapper<'_> {
                 Err(e) => return Decision::Local(None, e.to_string()),
             };
             match (frame.message, sent) {
-                (ConsumerdMsg::RunLocally { reason }, _) => return Decision::Local(Some(session), reason),
+                (ConsumerdMsg::RunLocally { reason, record }, _) => {
+                    return if record {
+                        Decision::Record(session, reason)
+                    } else {
+                        Decision::Local(Some(session), reason)
+                    };
+                }
+                (ConsumerdMsg::Hit { lens }, None) => {
+                    let Some([stdout, stderr, object, deps]) = split_four(&lens, frame.payload) else {
+                        return Decision::Local(None, "cached payload does not match its header".to_owned());
+                    };
+                    if let Err(e) = record::write_hit(self.plan, &object, &deps) {
+                        return Decision::Local(None, format!("cannot write {}: {e}", self.plan.output.display()));
+                    }
+                    self.config.note(format_args!("cached (direct mode)"));
+                    print(&stdout, &stderr);
+                    return Decision::Done(0);
+                }
                 (ConsumerdMsg::Preprocess, None) => match preprocess(self.compiler, self.plan, self.cwd) {
                     Ok(ready) => {
-                        let header = SourceHeader { cacheable: ready.cacheable, len: ready.text.len() as u64 };
+                        let header = SourceHeader {
+                            cacheable: ready.cacheable,
+                            len: ready.text.len() as u64,
+                            files: ready.files,
+                        };
                         if let Err(e) = session.send(&WrapperMsg::Source(header), &ready.text) {
                             return Decision::Local(None, e.to_string());
                         }

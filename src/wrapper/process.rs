@@ -42,7 +42,7 @@ pub fn run_compiler(compiler: &Path, argv0: &OsStr, args: &[OsString]) -> i32 {
 /// The code to exit with for a child's status. A child killed by a signal
 /// is passed on as the same signal, so that make reports it as it would
 /// for the compiler itself.
-fn exit_code(status: ExitStatus) -> i32 {
+pub(super) fn exit_code(status: ExitStatus) -> i32 {
     if let Some(code) = status.code() {
         return code;
     }
@@ -70,6 +70,8 @@ pub struct Ready {
     /// (`-g3` with gcc, a `#line` naming another file), a remote result that
     /// printed anything is not used: the compile runs here instead.
     pub trusted_diagnostics: bool,
+    /// The files the text came from, as its line markers name them.
+    pub files: Vec<Vec<u8>>,
 }
 
 /// Runs the preprocess step of `plan` (which also writes any dependency
@@ -105,7 +107,7 @@ pub fn preprocess(compiler: &Path, plan: &RemotePlan, cwd: &Path) -> Result<Read
         }
     }
     let trusted_diagnostics = plan.diagnostics_trusted(&pp);
-    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, trusted_diagnostics })
+    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, trusted_diagnostics, files: pp.files })
 }
 
 /// Writes `object` to `path` the way a compiler would leave it — mode

@@ -4,13 +4,19 @@
 //! ```text
 //! wrapper                                consumerd
 //!   Job ───────────────────────────────▶
+//!       ◀──────────────── Hit + out       the direct-mode cache knew it: write the
+//!                                         object and dependency file, print, exit
 //!       ◀──────────────── RunLocally      a local slot: compile here, keep the
 //!                                         connection open; closing it frees the slot
+//!   Record + out ──────────────────────▶    (when asked) what the local compile made
 //!       ◀──────────────── Preprocess      a remote slot: preprocess here, then
 //!   Source + text ─────────────────────▶    either send the text
 //!   Abandon ───────────────────────────▶    or give up on remote (→ RunLocally later)
 //!       ◀──────────────── Compiled + out  write the object, print, exit
 //!       ◀──────────────── RunLocally      the remote compile failed: compile here
+//!
+//!   Query ─────────────────────────────▶  (instead of a Job: `ccroute stats`,
+//!       ◀──────────────── Report           `ccroute cache clear`)
 //! ```
 //!
 //! Every wrapper message waits for its answer before the next one is sent,
@@ -35,7 +41,7 @@ use crate::message::TaskSpec;
 
 /// Version of this protocol, carried by every [`Job`]: a wrapper and a
 /// consumerd from different builds notice it instead of misreading each other.
-pub const LOCAL_PROTOCOL_VERSION: u32 = 2;
+pub const LOCAL_PROTOCOL_VERSION: u32 = 3;
 
 /// How often a consumerd tells a waiting wrapper it is still at work
 /// ([`ConsumerdMsg::Waiting`]).
@@ -68,6 +74,54 @@ pub enum WrapperMsg {
     },
     /// Answers [`ConsumerdMsg::Preprocess`]: the preprocessed text follows.
     Source(SourceHeader),
+    /// After a local compile the consumerd asked to record (exit status 0):
+    /// stdout, stderr, the object and the dependency file follow.
+    Record(RecordHeader),
+    /// Opens a connection that asks about the consumerd's cache instead of compiling.
+    Query(Query),
+}
+
+/// What a [`WrapperMsg::Query`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// The cache's counters and sizes.
+    Stats,
+    /// Empty this user's tiers (results, manifests, digests), then report.
+    Clear,
+}
+
+/// What a consumerd's direct-mode cache needs to find a compile's result
+/// without running the preprocessor. Paths are absolute, as OS bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectJob {
+    /// The working directory.
+    pub cwd: Vec<u8>,
+    /// The command's arguments as given (without argv\[0\]).
+    pub args: Vec<Vec<u8>>,
+    /// The input.
+    pub input: Vec<u8>,
+    /// The dependency file the compile writes.
+    pub dep_file: Option<Vec<u8>>,
+    /// The dependency output leaves system headers out (`-MMD`).
+    pub deps_user_only: bool,
+    /// Include directories in search order.
+    pub include_dirs: Vec<Vec<u8>>,
+    /// Environment variables that change what the compile reads or prints.
+    pub env: Vec<(String, Vec<u8>)>,
+    /// The wrapper asks for colored diagnostics (its stderr is a terminal).
+    pub colors: bool,
+    /// When the wrapper started, in nanoseconds since the Unix epoch: a file
+    /// changed after this may have been read half old, half new.
+    pub started_ns: u64,
+}
+
+/// What a local compile made, for the consumerd's local tier.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordHeader {
+    /// Every file the compile read (from its dependency output), as named there.
+    pub files: Vec<Vec<u8>>,
+    /// Lengths of stdout, stderr, object and dependency file, which follow back to back.
+    pub lens: [u64; 4],
 }
 
 /// A compile that may go remote.
@@ -81,16 +135,20 @@ pub struct Job {
     pub spec: TaskSpec,
     /// The wrapper's process id, for logs.
     pub pid: u32,
+    /// What a direct-mode lookup needs; `None`: ask no cache.
+    pub direct: Option<DirectJob>,
 }
 
 /// The header of the preprocessed text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceHeader {
     /// The object does not depend on when it was compiled (no `__DATE__`,
     /// `__TIME__`): the result may be cached.
     pub cacheable: bool,
     /// Bytes of text that follow.
     pub len: u64,
+    /// The files the preprocessing read, as its line markers name them.
+    pub files: Vec<Vec<u8>>,
 }
 
 /// A message from the consumerd.
@@ -100,15 +158,55 @@ pub enum ConsumerdMsg {
     RunLocally {
         /// Why it is not (or no longer) remote, for logs.
         reason: String,
+        /// Send a [`WrapperMsg::Record`] after a successful compile.
+        record: bool,
     },
     /// A remote slot is held: preprocess and answer with `Source` or `Abandon`.
     Preprocess,
     /// The remote compile's outcome; stdout, stderr and object follow.
     Compiled(CompiledHeader),
+    /// A cached result (no compile ran): stdout, stderr, object and
+    /// dependency file follow, with these lengths.
+    Hit {
+        /// Lengths of stdout, stderr, object and dependency file.
+        lens: [u64; 4],
+    },
+    /// Answers a [`WrapperMsg::Query`].
+    Report(CacheReport),
     /// Still at work on this compile (waiting for a slot, or for the remote
     /// result): sent every [`HEARTBEAT`] while the wrapper waits, so that a
     /// wrapper can tell a stopped consumerd from a slow compile.
     Waiting,
+}
+
+/// The consumerd's cache, as `ccroute stats` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheReport {
+    /// Counters by name (`direct_hit`, `direct_miss`, `recorded`, `remote`,
+    /// `local`, `fallback`, ...), in a stable order.
+    pub counters: Vec<(String, u64)>,
+    /// Why units were not recorded or not looked up, by reason.
+    pub refusals: Vec<(String, u64)>,
+    /// Sizes: manifests, manifest entries, file digests, result entries,
+    /// result bytes, the result cap.
+    pub sizes: Vec<(String, u64)>,
+    /// Where the tiers live (empty when direct mode is off).
+    pub dir: String,
+}
+
+/// Sum of four lengths; saturates, so that an absurd header fails the limit check.
+pub fn total_len(lens: &[u64; 4]) -> u64 {
+    lens.iter().fold(0u64, |a, b| a.saturating_add(*b))
+}
+
+/// Cuts a payload into pieces of `lens`; `None` when its length does not match.
+pub fn split_four(lens: &[u64; 4], mut payload: Bytes) -> Option<[Bytes; 4]> {
+    if payload.len() as u64 != total_len(lens) {
+        return None;
+    }
+    let mut take = |n: u64| Some(payload.split_to(usize::try_from(n).ok()?));
+    let (a, b, c) = (take(lens[0])?, take(lens[1])?, take(lens[2])?);
+    Some([a, b, c, payload])
 }
 
 /// The header of a remote compile's outcome. The payload is stdout, then
@@ -183,7 +281,8 @@ impl LocalMessage for WrapperMsg {
     fn payload_len(&self) -> u64 {
         match self {
             WrapperMsg::Source(s) => s.len,
-            WrapperMsg::Job(_) | WrapperMsg::Abandon { .. } => 0,
+            WrapperMsg::Record(r) => total_len(&r.lens),
+            WrapperMsg::Job(_) | WrapperMsg::Abandon { .. } | WrapperMsg::Query(_) => 0,
         }
     }
 }
@@ -193,7 +292,11 @@ impl LocalMessage for ConsumerdMsg {
     fn payload_len(&self) -> u64 {
         match self {
             ConsumerdMsg::Compiled(c) => c.payload_len(),
-            ConsumerdMsg::RunLocally { .. } | ConsumerdMsg::Preprocess | ConsumerdMsg::Waiting => 0,
+            ConsumerdMsg::Hit { lens } => total_len(lens),
+            ConsumerdMsg::RunLocally { .. }
+            | ConsumerdMsg::Preprocess
+            | ConsumerdMsg::Waiting
+            | ConsumerdMsg::Report(_) => 0,
         }
     }
 }
@@ -270,6 +373,17 @@ mod tests {
             compiler: b"/usr/bin/gcc".to_vec(),
             spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None, env: vec![] },
             pid: 42,
+            direct: Some(DirectJob {
+                cwd: b"/w".to_vec(),
+                args: vec![b"-c".to_vec(), b"a.c".to_vec()],
+                input: b"/w/a.c".to_vec(),
+                dep_file: None,
+                deps_user_only: false,
+                include_dirs: vec![b"/w/inc".to_vec()],
+                env: vec![("CPATH".into(), b"/x".to_vec())],
+                colors: false,
+                started_ns: 1,
+            }),
         })
     }
 
@@ -277,7 +391,11 @@ mod tests {
     fn a_session_decodes_byte_by_byte() {
         let mut wire = BytesMut::new();
         encode_local(&job(), b"", &mut wire);
-        encode_local(&WrapperMsg::Source(SourceHeader { cacheable: true, len: 5 }), b"int x", &mut wire);
+        encode_local(
+            &WrapperMsg::Source(SourceHeader { cacheable: true, len: 5, files: vec![b"a.h".to_vec()] }),
+            b"int x",
+            &mut wire,
+        );
         encode_local(&WrapperMsg::Abandon { reason: "pragma".into() }, b"", &mut wire);
         let mut dec = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS);
         let mut buf = BytesMut::new();
@@ -320,7 +438,10 @@ mod tests {
         assert_eq!(err.to_string(), "frame of 1048577 bytes exceeds limit 1048576");
 
         let mut buf = BytesMut::new();
-        encode_local_header(&WrapperMsg::Source(SourceHeader { cacheable: false, len: u64::MAX }), &mut buf);
+        encode_local_header(
+            &WrapperMsg::Source(SourceHeader { cacheable: false, len: u64::MAX, files: vec![] }),
+            &mut buf,
+        );
         let err = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS).decode(&mut buf).unwrap_err();
         assert_eq!(err, DecodeError::PayloadTooLarge { len: u64::MAX, max: 256 << 20 });
 

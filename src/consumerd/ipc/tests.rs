@@ -49,6 +49,7 @@ fn job_frame() -> BytesMut {
         compiler: b"/usr/bin/gcc".to_vec(),
         spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![] },
         pid: 1,
+        direct: None,
     };
     let mut out = BytesMut::new();
     encode_local(&WrapperMsg::Job(job), b"", &mut out);
@@ -113,15 +114,15 @@ fn garbage_and_oversized_frames_close_that_connection_only() {
     let mut huge = f.connect();
     let mut frame = BytesMut::new();
     ccroute_wire::local::encode_local_header(
-        &WrapperMsg::Source(SourceHeader { cacheable: true, len: WRAPPER_LIMITS.max_payload + 1 }),
+        &WrapperMsg::Source(SourceHeader { cacheable: true, len: WRAPPER_LIMITS.max_payload + 1, files: vec![] }),
         &mut frame,
     );
     huge.write_all(&frame).unwrap();
     assert!(matches!(f.next(), (_, IpcEvent::Closed)));
     assert!(is_closed(&mut huge));
 
-    f.answer(good_id, ConsumerdMsg::RunLocally { reason: "test".into() });
-    assert_eq!(read_answer(&mut good), ConsumerdMsg::RunLocally { reason: "test".into() });
+    f.answer(good_id, ConsumerdMsg::RunLocally { reason: "test".into(), record: false });
+    assert_eq!(read_answer(&mut good), ConsumerdMsg::RunLocally { reason: "test".into(), record: false });
     drop(good);
     assert!(matches!(f.next(), (id, IpcEvent::Closed) if id == good_id));
 }

@@ -1,0 +1,283 @@
+//! What the direct-mode cache knows about files: interned paths and a digest
+//! per file version.
+//!
+//! A digest is remembered under the file's identity and stamp — (device,
+//! inode) → (size, mtime, ctime) — and only for a file whose mtime and ctime
+//! are older than [`TRUST_AGE`] when it was read: the kernel stamps files
+//! with a coarse clock, so a file written twice within a tick keeps its
+//! stamp, and only one that has been left alone for a while can be known by
+//! it. Any other file is read and hashed on every use.
+//!
+//! Main items: [`Files`], [`Digested`], [`Marks`], [`normalize`]. Left out:
+//! what the digests are for (`super`).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How old a file's stamp must be for its digest to be remembered.
+pub const TRUST_AGE: Duration = Duration::from_secs(2);
+
+/// At most this many digests are remembered; past it the memory starts over.
+pub const MAX_DIGESTS: usize = 200_000;
+
+/// At most this many paths are interned; past it the cache starts over.
+pub const MAX_PATHS: usize = 1_000_000;
+
+/// What a file's text uses that decides whether, and how, its result may be reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Marks(pub u8);
+
+impl Marks {
+    /// `__DATE__`: the result holds the day it was compiled.
+    pub const DATE: u8 = 1;
+    /// `__TIME__` or `__TIMESTAMP__`: the result holds the moment it was compiled.
+    pub const TIME: u8 = 2;
+    /// `#embed` or `.incbin`: the compile reads a file its dependency list
+    /// may not name.
+    pub const EMBED: u8 = 4;
+
+    /// Scans a file's bytes.
+    pub fn of(bytes: &[u8]) -> Marks {
+        let has = |needle: &[u8]| memchr::memmem::find(bytes, needle).is_some();
+        let mut m = 0;
+        if has(b"__DATE__") {
+            m |= Marks::DATE;
+        }
+        // `__TIMESTAMP__` does not contain `__TIME__`: both are looked for.
+        if has(b"__TIME__") || has(b"__TIMESTAMP__") {
+            m |= Marks::TIME;
+        }
+        if has(b".incbin") || has_embed(bytes) {
+            m |= Marks::EMBED;
+        }
+        Marks(m)
+    }
+
+    /// Whether `flag` is set.
+    pub fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// `#` then blanks then `embed`: the directive, however it is spaced.
+fn has_embed(bytes: &[u8]) -> bool {
+    memchr::memmem::find_iter(bytes, b"embed").any(|at| {
+        let before = bytes[..at].iter().rev().find(|b| !matches!(b, b' ' | b'\t'));
+        before == Some(&b'#')
+    })
+}
+
+/// A file's digest and marks, and the stamp it had when it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digested {
+    /// blake3 of the bytes.
+    pub digest: [u8; 32],
+    /// What the bytes use.
+    pub marks: Marks,
+    /// The later of mtime and ctime, in nanoseconds since the epoch.
+    pub changed_ns: i64,
+}
+
+/// A remembered digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remembered {
+    /// Size in bytes.
+    pub size: u64,
+    /// mtime, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// ctime, nanoseconds since the epoch.
+    pub ctime_ns: i64,
+    /// The digest and marks of those bytes.
+    pub digest: [u8; 32],
+    /// What the bytes use.
+    pub marks: Marks,
+}
+
+/// Interned paths and remembered digests, shared by the threads that look up
+/// and record (each lock is held only for a map access, never while a file
+/// is read).
+#[derive(Debug, Default)]
+pub struct Files {
+    paths: Mutex<Interner>,
+    digests: Mutex<HashMap<(u64, u64), Remembered>>,
+}
+
+/// Paths as small numbers, so that manifests stay small.
+#[derive(Debug, Default)]
+pub struct Interner {
+    by_id: Vec<Arc<[u8]>>,
+    ids: HashMap<Arc<[u8]>, u32>,
+}
+
+impl Interner {
+    /// The id of `path`, adding it if new.
+    pub fn id(&mut self, path: &[u8]) -> u32 {
+        if let Some(id) = self.ids.get(path) {
+            return *id;
+        }
+        let id = u32::try_from(self.by_id.len()).unwrap_or(u32::MAX);
+        let path: Arc<[u8]> = Arc::from(path);
+        self.by_id.push(path.clone());
+        self.ids.insert(path, id);
+        id
+    }
+
+    /// The path of `id`.
+    pub fn path(&self, id: u32) -> Option<&Arc<[u8]>> {
+        self.by_id.get(id as usize)
+    }
+
+    /// Every path, by id.
+    pub fn all(&self) -> &[Arc<[u8]>] {
+        &self.by_id
+    }
+
+    /// Paths interned.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+}
+
+fn stamp_ns(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+impl Files {
+    /// The interner (held briefly).
+    pub fn paths(&self) -> MutexGuard<'_, Interner> {
+        self.paths.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The remembered digests (held briefly).
+    pub fn digests(&self) -> MutexGuard<'_, HashMap<(u64, u64), Remembered>> {
+        self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Interns `path`.
+    pub fn intern(&self, path: &Path) -> u32 {
+        self.paths().id(path.as_os_str().as_bytes())
+    }
+
+    /// The path of `id`.
+    pub fn path_of(&self, id: u32) -> Option<PathBuf> {
+        self.paths().path(id).map(|p| PathBuf::from(OsStr::from_bytes(p)))
+    }
+
+    /// The digest of the file at `path` (following symlinks, as the
+    /// preprocessor does). `now_ns` is the time of the question: a stamp
+    /// within [`TRUST_AGE`] of it is not remembered.
+    ///
+    /// # Errors
+    /// When the file cannot be read (a missing header is a miss, not a failure).
+    pub fn digest(&self, path: &Path, now_ns: i64) -> io::Result<Digested> {
+        let meta = std::fs::metadata(path)?;
+        if !meta.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        }
+        let (mtime, ctime) = (stamp_ns(meta.mtime(), meta.mtime_nsec()), stamp_ns(meta.ctime(), meta.ctime_nsec()));
+        let id = (meta.dev(), meta.ino());
+        let known = self.digests().get(&id).copied();
+        if let Some(r) = known.filter(|r| r.size == meta.size() && r.mtime_ns == mtime && r.ctime_ns == ctime) {
+            return Ok(Digested { digest: r.digest, marks: r.marks, changed_ns: mtime.max(ctime) });
+        }
+        let mut file = std::fs::File::open(path)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.size()).unwrap_or(0));
+        file.read_to_end(&mut bytes)?;
+        // The stamp after reading: a write during the read shows in it.
+        let after = file.metadata()?;
+        let (mtime, ctime) = (stamp_ns(after.mtime(), after.mtime_nsec()), stamp_ns(after.ctime(), after.ctime_nsec()));
+        let digest = *blake3::hash(&bytes).as_bytes();
+        let marks = Marks::of(&bytes);
+        let trust_before = now_ns.saturating_sub(i64::try_from(TRUST_AGE.as_nanos()).unwrap_or(i64::MAX));
+        if mtime < trust_before && ctime < trust_before && after.size() == bytes.len() as u64 {
+            let mut digests = self.digests();
+            if digests.len() >= MAX_DIGESTS {
+                digests.clear();
+            }
+            digests.insert(id, Remembered { size: after.size(), mtime_ns: mtime, ctime_ns: ctime, digest, marks });
+        }
+        Ok(Digested { digest, marks, changed_ns: mtime.max(ctime) })
+    }
+
+    /// Forgets everything.
+    pub fn clear(&self) {
+        *self.paths() = Interner::default();
+        self.digests().clear();
+    }
+}
+
+/// `path` made absolute against `cwd`, with `.` and `..` taken out by
+/// spelling alone (as the preprocessor's own paths are compared; a symlinked
+/// directory followed by `..` is not resolved, which at worst costs a miss).
+pub fn normalize(cwd: &Path, path: &Path) -> PathBuf {
+    let joined = cwd.join(path);
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// Whether nothing is at `path` now (the preprocessor would not find a file there).
+pub fn absent(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(_) => false,
+        Err(e) => matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_find_time_date_and_embeds() {
+        assert_eq!(Marks::of(b"int x;"), Marks(0));
+        assert!(Marks::of(b"char d[] = __DATE__;").has(Marks::DATE));
+        assert!(Marks::of(b"__TIMESTAMP__").has(Marks::TIME));
+        assert!(Marks::of(b"x __TIME__").has(Marks::TIME));
+        assert!(Marks::of(b"  #  embed \"a.bin\"").has(Marks::EMBED));
+        assert!(Marks::of(b"asm(\".incbin \\\"x\\\"\");").has(Marks::EMBED));
+        assert!(!Marks::of(b"int embed = 1;").has(Marks::EMBED));
+    }
+
+    #[test]
+    fn normalize_spells_paths_out() {
+        let cwd = Path::new("/w/b");
+        assert_eq!(normalize(cwd, Path::new("../src/./a.h")), PathBuf::from("/w/src/a.h"));
+        assert_eq!(normalize(cwd, Path::new("/usr//include/x.h")), PathBuf::from("/usr/include/x.h"));
+        assert_eq!(normalize(cwd, Path::new("a.h")), PathBuf::from("/w/b/a.h"));
+    }
+
+    #[test]
+    fn a_young_file_is_hashed_every_time_an_old_one_is_remembered() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("h.h");
+        std::fs::write(&p, "one").unwrap();
+        let files = Files::default();
+        let now = || stamp_ns(std::time::UNIX_EPOCH.elapsed().unwrap().as_secs() as i64, 0) + 1_000_000_000;
+        let first = files.digest(&p, now()).unwrap();
+        assert!(files.digests().is_empty(), "a file changed just now is not remembered");
+        std::fs::write(&p, "two").unwrap();
+        assert_ne!(files.digest(&p, now()).unwrap().digest, first.digest);
+        // Seen from far enough in the future, the same file is old.
+        let later = now() + 10_000_000_000;
+        let d = files.digest(&p, later).unwrap();
+        assert_eq!(files.digests().len(), 1);
+        assert_eq!(files.digest(&p, later).unwrap(), d);
+        assert!(absent(&t.path().join("none.h")) && absent(&p.join("sub.h")) && !absent(&p));
+    }
+}

@@ -1,0 +1,590 @@
+//! The consumerd's direct-mode cache and local tier: a compile answered from
+//! what this user compiled before, without running the preprocessor and
+//! before any slot is taken.
+//!
+//! ```text
+//! manifest key = blake3(toolchain, compiler, arguments, cwd, environment,
+//!                       colors, which include directories exist,
+//!                       input path, input digest)
+//! manifest     = up to 4 entries, newest first, each:
+//!                files read (path, digest), paths that must stay absent,
+//!                the day (when a file uses __DATE__), result key
+//! result key   = blake3(manifest key, files and digests, absent paths, day)
+//! local tier   = result key → stdout, stderr, object; and the dependency file
+//! ```
+//!
+//! - **Lookup** ([`DirectCache::lookup`]): digest the input (from memory when
+//!   its stamp is old enough, [`files`]), build the manifest key, and take
+//!   the first entry whose every file still has its digest and whose every
+//!   absent path is still absent; its result key finds the result on disk.
+//! - **Record** ([`DirectCache::record`]): after a successful compile,
+//!   local or remote, with the list of files it read (its dependency output,
+//!   or the preprocessed text's line markers), digest each file; refuse when
+//!   one changed after the compile started or uses `__TIME__`,
+//!   `__TIMESTAMP__`, `#embed` or `.incbin`; list the include directories
+//!   searched before the one each header was found in, where it was absent
+//!   (so a new header that would shadow it is a miss, which ccache does not
+//!   catch); store the result.
+//! - **Persistence** ([`store`]): manifests and digests go to one file under
+//!   the cache directory, written atomically every few seconds while they
+//!   change and at shutdown; a corrupt one is ignored with a warning.
+//!
+//! Local results never leave this consumerd: the scheduler's shared cache
+//! keeps only what agents compiled, under the key of the bytes they compiled.
+//!
+//! Main items: [`DirectCache`], [`Lookup`], [`Probe`]. Left out: when to
+//! look up and record (the dispatcher).
+
+pub mod files;
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use ccroute_wire::local::{CacheReport, DirectJob};
+use ccroute_wire::{CacheKey, Compression, PayloadInfo};
+use tracing::{debug, warn};
+
+use crate::cache::{CachedResult, DiskTier};
+use files::{absent, normalize, Files, Marks};
+
+/// Entries kept per manifest (builds that alternate between header versions).
+pub const ENTRIES_PER_MANIFEST: usize = 4;
+
+/// Manifests kept; past it the least recently used go.
+pub const MAX_MANIFESTS: usize = 50_000;
+
+/// Absent paths one entry may list; a unit that would need more is not recorded.
+const MAX_ABSENT: usize = 20_000;
+
+/// A file whose stamp is this close to the compile's start (or later) may
+/// have changed while the compile read it: the kernel's file clock is
+/// coarse, and lags the wall clock by up to a tick.
+const CHANGED_MARGIN_NS: i64 = 100_000_000;
+
+/// The default size of the local tier.
+pub const DEFAULT_MAX_BYTES: u64 = 5 << 30;
+
+/// One remembered way a unit was compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Files read (interned path, digest), the input excluded.
+    pub files: Vec<(u32, [u8; 32])>,
+    /// Paths that were absent and must stay so (interned).
+    pub absent: Vec<u32>,
+    /// The day, when a file uses `__DATE__`.
+    pub day: Option<String>,
+    /// Where the result is.
+    pub result: [u8; 32],
+}
+
+/// The entries of one manifest key.
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    /// Newest first.
+    pub entries: Vec<Entry>,
+    /// Last use, for eviction.
+    pub used: u64,
+}
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// stdout, stderr, object, dependency file.
+    Hit([Bytes; 4]),
+    /// Not known; record it under this probe once it is compiled.
+    Miss(Probe),
+    /// Direct mode does not apply to this unit (why).
+    Refused(&'static str),
+}
+
+/// What a lookup computed, for recording the compile that follows.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    key: [u8; 32],
+    input_digest: [u8; 32],
+}
+
+/// The direct-mode cache of one consumerd.
+#[derive(Debug)]
+pub struct DirectCache {
+    dir: PathBuf,
+    files: Files,
+    manifests: Mutex<HashMap<[u8; 32], Manifest>>,
+    tier: DiskTier,
+    clock: AtomicU64,
+    dirty: AtomicBool,
+    counters: Counters,
+    system_dirs: Mutex<HashMap<(PathBuf, bool), Arc<Vec<PathBuf>>>>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hit: AtomicU64,
+    miss: AtomicU64,
+    recorded: AtomicU64,
+    refusals: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn put(h: &mut blake3::Hasher, field: &[u8]) {
+    h.update(&(field.len() as u64).to_le_bytes());
+    h.update(field);
+}
+
+fn os(bytes: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(bytes))
+}
+
+impl DirectCache {
+    /// Opens the cache under `dir` (results in `dir/results`, at most
+    /// `max_bytes`; manifests and digests in [`store::FILE_NAME`]).
+    ///
+    /// # Errors
+    /// When the results directory cannot be created or listed.
+    pub fn open(dir: &Path, max_bytes: u64) -> Result<DirectCache, crate::cache::DiskError> {
+        let tier = DiskTier::open(dir.join("results"), max_bytes)?;
+        let cache = DirectCache {
+            dir: dir.to_owned(),
+            files: Files::default(),
+            manifests: Mutex::new(HashMap::new()),
+            tier,
+            clock: AtomicU64::new(1),
+            dirty: AtomicBool::new(false),
+            counters: Counters::default(),
+            system_dirs: Mutex::new(HashMap::new()),
+        };
+        match store::load(&cache.dir.join(store::FILE_NAME), &cache.files) {
+            Ok(Some(manifests)) => {
+                debug!(manifests = manifests.len(), "direct-mode manifests loaded");
+                let newest = manifests.values().map(|m| m.used).max().unwrap_or(0);
+                cache.clock.store(newest + 1, Ordering::Relaxed);
+                *cache.manifests() = manifests;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, dir = %cache.dir.display(), "ignoring the direct-mode manifests: they do not read back (they are rebuilt as units compile)");
+                cache.files.clear();
+            }
+        }
+        Ok(cache)
+    }
+
+    fn manifests(&self) -> MutexGuard<'_, HashMap<[u8; 32], Manifest>> {
+        self.manifests.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn tick(&self) -> u64 {
+        // Relaxed: ticks only need to be distinct and rising.
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a unit that direct mode did not take, by reason.
+    pub fn refused(&self, why: &'static str) {
+        let mut r = self.counters.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *r.entry(why).or_default() += 1;
+    }
+
+    /// The manifest key of `job` compiled by a toolchain of `identity`, and
+    /// the input's digest; `Err` when direct mode does not apply.
+    fn probe(&self, identity: &[u8], compiler: &Path, job: &DirectJob) -> Result<Probe, &'static str> {
+        let now = now_ns();
+        let input = os(&job.input);
+        let source = self.files.digest(input, now).map_err(|_| "the input cannot be read")?;
+        if source.marks.has(Marks::TIME) || source.marks.has(Marks::EMBED) {
+            return Err("__TIME__, __TIMESTAMP__, #embed or .incbin");
+        }
+        let mut h = blake3::Hasher::new();
+        put(&mut h, b"ccroute direct manifest v1");
+        put(&mut h, identity);
+        put(&mut h, compiler.as_os_str().as_bytes());
+        put(&mut h, &job.cwd);
+        h.update(&(job.args.len() as u64).to_le_bytes());
+        for a in &job.args {
+            put(&mut h, a);
+        }
+        h.update(&(job.env.len() as u64).to_le_bytes());
+        for (k, v) in &job.env {
+            put(&mut h, k.as_bytes());
+            put(&mut h, v);
+        }
+        put(&mut h, &[u8::from(job.colors), u8::from(job.dep_file.is_some())]);
+        for d in &job.include_dirs {
+            put(&mut h, d);
+            put(&mut h, &[u8::from(os(d).is_dir())]);
+        }
+        put(&mut h, &job.input);
+        put(&mut h, &source.digest);
+        Ok(Probe { key: *h.finalize().as_bytes(), input_digest: source.digest })
+    }
+
+    /// Looks `job` up. `identity` names the toolchain (its route key and binaries).
+    pub fn lookup(&self, identity: &[u8], compiler: &Path, job: &DirectJob) -> Lookup {
+        let probe = match self.probe(identity, compiler, job) {
+            Ok(p) => p,
+            Err(why) => {
+                self.refused(why);
+                return Lookup::Refused(why);
+            }
+        };
+        let entries = {
+            let mut manifests = self.manifests();
+            match manifests.get_mut(&probe.key) {
+                Some(m) => {
+                    m.used = self.tick();
+                    m.entries.clone()
+                }
+                None => Vec::new(),
+            }
+        };
+        let now = now_ns();
+        let today = today();
+        for entry in &entries {
+            if entry.day.as_ref().is_some_and(|d| *d != today) {
+                debug!("direct-mode entry of another day");
+                continue;
+            }
+            if let Err(why) = self.still_holds(entry, now) {
+                debug!(why = %why.display(), "direct-mode entry does not hold");
+                continue;
+            }
+            match self.result(&entry.result, job.dep_file.is_some()) {
+                Some(parts) => {
+                    self.counters.hit.fetch_add(1, Ordering::Relaxed);
+                    return Lookup::Hit(parts);
+                }
+                None => debug!("direct-mode entry without its result (evicted)"),
+            }
+        }
+        self.counters.miss.fetch_add(1, Ordering::Relaxed);
+        Lookup::Miss(probe)
+    }
+
+    /// Every file has its digest and every absent path is absent; else the
+    /// first path that differs.
+    fn still_holds(&self, entry: &Entry, now: i64) -> Result<(), PathBuf> {
+        let (files, gone): (Vec<(PathBuf, [u8; 32])>, Vec<PathBuf>) = {
+            let paths = self.files.paths();
+            let path = |id: u32| paths.path(id).map(|p| PathBuf::from(OsStr::from_bytes(p)));
+            let files = entry.files.iter().map(|(id, d)| path(*id).map(|p| (p, *d))).collect::<Option<Vec<_>>>();
+            let gone = entry.absent.iter().map(|id| path(*id)).collect::<Option<Vec<_>>>();
+            match (files, gone) {
+                (Some(f), Some(g)) => (f, g),
+                _ => return Err(PathBuf::from("<a path the cache forgot>")),
+            }
+        };
+        if let Some((p, _)) = files.iter().find(|(p, d)| !self.files.digest(p, now).is_ok_and(|got| got.digest == *d)) {
+            return Err(p.clone());
+        }
+        match gone.into_iter().find(|p| !absent(p)) {
+            Some(p) => Err(p),
+            None => Ok(()),
+        }
+    }
+
+    fn result(&self, key: &[u8; 32], want_deps: bool) -> Option<[Bytes; 4]> {
+        let found = self.tier.get(&CacheKey(*key))?;
+        let deps = if want_deps { self.tier.get(&dep_key(key))?.object } else { Bytes::new() };
+        Some([found.stdout, found.stderr, found.object, deps])
+    }
+
+    /// Records a successful compile of `job`: `files` are the files it read
+    /// as its dependency output or line markers name them (relative to the
+    /// working directory, or absolute; the input and names in `<>` are
+    /// skipped), `parts` its stdout, stderr, object and dependency file.
+    ///
+    /// # Errors
+    /// Why it was not recorded (also counted).
+    pub fn record(
+        &self,
+        probe: &Probe,
+        job: &DirectJob,
+        listed: &[Vec<u8>],
+        parts: [Bytes; 4],
+        system_dirs: &[PathBuf],
+    ) -> Result<(), &'static str> {
+        let r = self.try_record(probe, job, listed, parts, system_dirs);
+        match r {
+            Ok(()) => {
+                self.counters.recorded.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(why) => self.refused(why),
+        }
+        r
+    }
+
+    fn try_record(
+        &self,
+        probe: &Probe,
+        job: &DirectJob,
+        listed: &[Vec<u8>],
+        parts: [Bytes; 4],
+        system_dirs: &[PathBuf],
+    ) -> Result<(), &'static str> {
+        let cwd = os(&job.cwd);
+        let input = normalize(cwd, os(&job.input));
+        let started = i64::try_from(job.started_ns).unwrap_or(i64::MAX);
+        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let now = now_ns();
+        let source = self.files.digest(&input, now).map_err(|_| "the input cannot be read")?;
+        if source.digest != probe.input_digest || changed_after(source.changed_ns) {
+            return Err("a file changed while it compiled");
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut read: Vec<(PathBuf, [u8; 32])> = Vec::new();
+        let mut marks = source.marks.0;
+        for name in listed {
+            if name.is_empty() || name.starts_with(b"<") {
+                continue;
+            }
+            let path = normalize(cwd, os(name));
+            if path == input || !seen.insert(path.clone()) {
+                continue;
+            }
+            let d = self.files.digest(&path, now).map_err(|_| "a file it read cannot be read now")?;
+            if changed_after(d.changed_ns) {
+                debug!(file = %path.display(), "changed while it compiled");
+                return Err("a file changed while it compiled");
+            }
+            marks |= d.marks.0;
+            read.push((path, d.digest));
+        }
+        let marks = Marks(marks);
+        if marks.has(Marks::TIME) || marks.has(Marks::EMBED) {
+            return Err("__TIME__, __TIMESTAMP__, #embed or .incbin");
+        }
+        let day = marks.has(Marks::DATE).then(today);
+        let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
+        let input_dir = input.parent().map(Path::to_owned).unwrap_or_default();
+        let gone = shadow_candidates(&read, &input_dir, &include_dirs, system_dirs);
+        if gone.len() > MAX_ABSENT {
+            return Err("too many include directories to watch");
+        }
+
+        let mut h = blake3::Hasher::new();
+        put(&mut h, b"ccroute direct result v1");
+        h.update(&probe.key);
+        h.update(&(read.len() as u64).to_le_bytes());
+        for (p, d) in &read {
+            put(&mut h, p.as_os_str().as_bytes());
+            h.update(d);
+        }
+        h.update(&(gone.len() as u64).to_le_bytes());
+        for p in &gone {
+            put(&mut h, p.as_os_str().as_bytes());
+        }
+        put(&mut h, day.as_deref().unwrap_or("").as_bytes());
+        let result = *h.finalize().as_bytes();
+
+        let [stdout, stderr, object, deps] = parts;
+        let stored = |object: Bytes, stdout: Bytes, stderr: Bytes| CachedResult {
+            exit_status: 0,
+            stdout,
+            stderr,
+            cpu_time_us: 0,
+            payload: PayloadInfo {
+                len: object.len() as u64,
+                raw_len: object.len() as u64,
+                compression: Compression::None,
+            },
+            object,
+        };
+        if job.dep_file.is_some() {
+            self.tier
+                .put(&dep_key(&result), &stored(deps, Bytes::new(), Bytes::new()))
+                .map_err(|_| "the local tier cannot store it")?;
+        }
+        self.tier
+            .put(&CacheKey(result), &stored(object, stdout, stderr))
+            .map_err(|_| "the local tier cannot store it")?;
+
+        let entry = Entry {
+            files: read.iter().map(|(p, d)| (self.files.intern(p), *d)).collect(),
+            absent: gone.iter().map(|p| self.files.intern(p)).collect(),
+            day,
+            result,
+        };
+        let tick = self.tick();
+        let mut manifests = self.manifests();
+        if manifests.len() >= MAX_MANIFESTS && !manifests.contains_key(&probe.key) {
+            evict_oldest(&mut manifests);
+        }
+        let m = manifests.entry(probe.key).or_default();
+        m.entries.retain(|e| e.result != entry.result);
+        m.entries.insert(0, entry);
+        m.entries.truncate(ENTRIES_PER_MANIFEST);
+        m.used = tick;
+        drop(manifests);
+        if self.files.paths().len() > files::MAX_PATHS {
+            // Ids would outgrow what manifests can name: start over.
+            self.manifests().clear();
+            self.files.clear();
+        }
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The system include directories of `compiler` for C (or C++), asked
+    /// of it once (`-E -v`); empty when it does not say.
+    pub fn system_dirs(&self, compiler: &Path, cxx: bool) -> Arc<Vec<PathBuf>> {
+        let key = (compiler.to_owned(), cxx);
+        if let Some(d) = self.system_dirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+            return d.clone();
+        }
+        let dirs = Arc::new(ask_system_dirs(compiler, cxx));
+        self.system_dirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, dirs.clone());
+        dirs
+    }
+
+    /// Writes manifests and digests out if they changed since the last time.
+    pub fn persist(&self) {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let manifests = self.manifests().clone();
+        if let Err(e) = store::save(&self.dir.join(store::FILE_NAME), &self.files, &manifests) {
+            warn!(error = %e, dir = %self.dir.display(), "cannot save the direct-mode manifests");
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Empties this user's tiers: results, manifests, digests.
+    pub fn clear(&self) {
+        self.manifests().clear();
+        self.files.clear();
+        self.tier.clear();
+        let _ = std::fs::remove_file(self.dir.join(store::FILE_NAME));
+        self.dirty.store(false, Ordering::Release);
+    }
+
+    /// Counters and sizes for `ccroute stats`.
+    pub fn report(&self) -> CacheReport {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (manifests, entries) = {
+            let m = self.manifests();
+            (m.len() as u64, m.values().map(|m| m.entries.len() as u64).sum())
+        };
+        let refusals = self.counters.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        CacheReport {
+            counters: vec![
+                ("direct_hit".into(), get(&self.counters.hit)),
+                ("direct_miss".into(), get(&self.counters.miss)),
+                ("recorded".into(), get(&self.counters.recorded)),
+            ],
+            refusals: refusals.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            sizes: vec![
+                ("manifests".into(), manifests),
+                ("manifest_entries".into(), entries),
+                ("digests".into(), self.files.digests().len() as u64),
+                ("results".into(), self.tier.entries()),
+                ("result_bytes".into(), self.tier.bytes()),
+                ("result_max_bytes".into(), self.tier.max_bytes()),
+            ],
+            dir: self.dir.display().to_string(),
+        }
+    }
+}
+
+/// Where a result's dependency file is kept.
+fn dep_key(result: &[u8; 32]) -> CacheKey {
+    let mut h = blake3::Hasher::new();
+    h.update(b"ccroute direct dependency file");
+    h.update(result);
+    CacheKey(*h.finalize().as_bytes())
+}
+
+fn evict_oldest(manifests: &mut HashMap<[u8; 32], Manifest>) {
+    let mut by_age: Vec<(u64, [u8; 32])> = manifests.iter().map(|(k, m)| (m.used, *k)).collect();
+    by_age.sort_unstable();
+    for (_, k) in by_age.iter().take(manifests.len() / 10 + 1) {
+        manifests.remove(k);
+    }
+}
+
+/// Where a header that would shadow one the compile read could appear: for
+/// a file found under the `k`-th directory of the search chain (include
+/// directories, then system ones) as `name`, `<dir>/<name>` for the input's
+/// own directory (searched first for `#include "..."`) and every chain
+/// directory before the `k`-th — where nothing is now. A file under no chain
+/// directory was found beside the file that included it, searched first.
+pub fn shadow_candidates(
+    read: &[(PathBuf, [u8; 32])],
+    input_dir: &Path,
+    include_dirs: &[PathBuf],
+    system_dirs: &[PathBuf],
+) -> Vec<PathBuf> {
+    let chain: Vec<&PathBuf> = include_dirs.iter().chain(system_dirs).collect();
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (file, _) in read {
+        let Some((k, name)) = chain.iter().enumerate().find_map(|(k, d)| file.strip_prefix(d).ok().map(|n| (k, n)))
+        else {
+            continue;
+        };
+        if name.as_os_str().is_empty() {
+            continue;
+        }
+        for dir in std::iter::once(input_dir).chain(chain[..k].iter().map(|d| d.as_path())) {
+            let p = dir.join(name);
+            if p != *file && seen.insert(p.clone()) && absent(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `compiler -E -v -x c /dev/null`: the directories between "#include <...>
+/// search starts here:" and "End of search list." on stderr.
+fn ask_system_dirs(compiler: &Path, cxx: bool) -> Vec<PathBuf> {
+    let out = Command::new(compiler)
+        .args(["-E", "-v", "-x", if cxx { "c++" } else { "c" }, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    let text = String::from_utf8_lossy(&out.stderr);
+    let mut dirs = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.starts_with("#include <...> search starts here:") {
+            inside = true;
+        } else if line.starts_with("End of search list.") {
+            break;
+        } else if inside {
+            let d = line.trim().trim_end_matches(" (framework directory)");
+            dirs.push(normalize(Path::new("/"), Path::new(d)));
+        }
+    }
+    dirs
+}
+
+/// Today in the local time zone, as `__DATE__` changes with it.
+pub fn today() -> String {
+    let t: libc::time_t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| libc::time_t::try_from(d.as_secs()).unwrap_or(0));
+    #[allow(unsafe_code)]
+    // SAFETY: localtime_r writes only into the zeroed struct it is given.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    };
+    format!("{:04}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

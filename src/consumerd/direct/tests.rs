@@ -1,0 +1,55 @@
+use super::*;
+
+fn entry(result: u8) -> Entry {
+    Entry { files: vec![(0, [1; 32])], absent: vec![1], day: Some("2026-12-01".into()), result: [result; 32] }
+}
+
+#[test]
+fn manifests_and_digests_survive_a_save_and_a_load() {
+    let t = tempfile::tempdir().unwrap();
+    let files = Files::default();
+    assert_eq!(files.intern(Path::new("/p/a.h")), 0);
+    assert_eq!(files.intern(Path::new("/p/inc/a.h")), 1);
+    files.digests().insert(
+        (1, 2),
+        files::Remembered { size: 3, mtime_ns: 4, ctime_ns: -5, digest: [6; 32], marks: Marks(Marks::DATE) },
+    );
+    let mut manifests = HashMap::new();
+    manifests.insert([9; 32], Manifest { entries: vec![entry(7), entry(8)], used: 11 });
+    let path = t.path().join(store::FILE_NAME);
+    store::save(&path, &files, &manifests).unwrap();
+
+    let back = Files::default();
+    let loaded = store::load(&path, &back).unwrap().unwrap();
+    assert_eq!(loaded[&[9; 32]].entries, vec![entry(7), entry(8)]);
+    assert_eq!(loaded[&[9; 32]].used, 11);
+    assert_eq!(back.path_of(1), Some(PathBuf::from("/p/inc/a.h")));
+    assert_eq!(back.digests().get(&(1, 2)).map(|r| (r.ctime_ns, r.marks)), Some((-5, Marks(Marks::DATE))));
+
+    // Every single flipped byte and every truncation is refused as a whole.
+    let bytes = std::fs::read(&path).unwrap();
+    for i in (0..bytes.len()).step_by(7) {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x5a;
+        std::fs::write(&path, &bad).unwrap();
+        assert!(store::load(&path, &Files::default()).is_err(), "flipped byte {i}");
+    }
+    std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+    assert!(store::load(&path, &Files::default()).is_err());
+    assert!(store::load(&t.path().join("none"), &Files::default()).unwrap().is_none());
+}
+
+#[test]
+fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
+    let t = tempfile::tempdir().unwrap();
+    let d = |n: &str| t.path().join(n);
+    for sub in ["src", "inc1", "inc2", "sys"] {
+        std::fs::create_dir_all(d(sub)).unwrap();
+    }
+    std::fs::write(d("inc2/x.h"), "").unwrap();
+    std::fs::write(d("inc1/y.h"), "").unwrap();
+    std::fs::write(d("sys/z.h"), "").unwrap();
+    let read = vec![(d("inc2/x.h"), [0; 32]), (d("sys/z.h"), [0; 32]), (d("src/local.h"), [0; 32])];
+    let got = shadow_candidates(&read, &d("src"), &[d("inc1"), d("inc2")], &[d("sys")]);
+    assert_eq!(got, vec![d("src/x.h"), d("inc1/x.h"), d("src/z.h"), d("inc1/z.h"), d("inc2/z.h")]);
+}
