@@ -498,7 +498,7 @@ ccroute_status() {
 ccroute_ready() {
     local s
     s=$(ccroute_status) || return 1
-    jq -e '(.agents | length) >= 1 and (.consumerds | length) >= 2' <<<"$s" >/dev/null
+    jq -e '(.agents | length) >= 1 and (.consumerds | length) >= 1' <<<"$s" >/dev/null
 }
 
 start_ccroute() {
@@ -518,18 +518,13 @@ start_ccroute() {
     "$CCROUTE" agent --scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" --name peers-agent \
         >"$dir/agent.out" 2>"$dir/agent.log" &
     PIDS+=($!)
-    # Default mode: local slots = CPUs, the rest remote.
+    # Default mode: local slots = CPUs, the rest remote; its direct-mode
+    # cache and local tier in the work directory (each cold round includes a
+    # header of its own, so no cold build can hit them).
     "$CCROUTE" consumerd --scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" \
-        --socket "$dir/consumerd.sock" --idle-exit 0 >"$dir/consumerd.out" 2>"$dir/consumerd.log" &
+        --socket "$dir/consumerd.sock" --local-cache-dir "$dir/consumerd-cache" --idle-exit 0 \
+        >"$dir/consumerd.out" 2>"$dir/consumerd.log" &
     PIDS+=($!)
-    # The warm rows: a consumerd that sends every compile through the
-    # scheduler while its window has room, so that the result cache can
-    # answer each (in default mode the compiles that take local slots never
-    # ask it).
-    "$CCROUTE" consumerd --scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" --prefer-remote \
-        --socket "$dir/consumerd-warm.sock" --idle-exit 0 >"$dir/consumerd-warm.out" 2>"$dir/consumerd-warm.log" &
-    PIDS+=($!)
-    CCROUTE_WARM_SOCKET=$dir/consumerd-warm.sock
     export CCROUTE_SOCKET=$dir/consumerd.sock
     wait_for "ccroute agent and consumerd" 20 ccroute_ready
     TOOLS+=(ccroute)
@@ -542,9 +537,12 @@ counters() {
         distcc) echo "$(grep -c 'COMPILE_OK' "$WORK/distcc/distccd.log" || true) 0" ;;
         icecc) echo "$(grep -c 'Remote compilation completed' "$WORK/icecc/worker.log" || true) 0" ;;
         ccroute)
-            local s
+            # Served: compiled by the agent or answered by the scheduler's
+            # cache or the consumerd's; hits: answered by either cache.
+            local s d
             s=$(ccroute_status) || { echo "0 0"; return; }
-            jq -r '"\(.totals.completed + .totals.intercepted) \(.totals.intercepted)"' <<<"$s"
+            d=$("$CCROUTE" stats --json 2>/dev/null | jq -r '.counters.direct_hit // 0') || d=0
+            jq -r --argjson d "${d:-0}" '"\(.totals.completed + .totals.intercepted + $d) \(.totals.intercepted + $d)"' <<<"$s"
             ;;
         ccache)
             ccache --print-stats | awk '$1 ~ /_cache_hit$/ {h += $2} END {print 0, h + 0}'
@@ -704,37 +702,57 @@ inner() {
     render
 }
 
-WARM_CORPUS=lzma
+# The corpora with warm rows, those of the run that are among them.
+WARM_LIST=(lzma lua sample)
+WARM_CORPORA=()
 
+# Every warm corpus built once (untimed) by ccache and by ccroute in its
+# default mode — make -jJOBS, local slots first, so most compiles run on this
+# machine and land in the consumerd's local tier — then, round after round,
+# again from a clean build directory by local gcc, ccache and ccroute.
 warm_rows() {
-    local c=$WARM_CORPUS
-    [[ " ${CORPORA[*]} " == *" $c "* ]] || c=${CORPORA[0]}
-    WARM_CORPUS=$c
     export CCACHE_DIR=$WORK/ccache
     mkdir -p "$CCACHE_DIR"
     ccache --zero-stats >/dev/null
-    local header=$WORK/round/warm.h
+    local header=$WORK/round/warm.h c r tool
     printf '/* warm */\ntypedef int peers_round_warm;\n' >"$header"
-    say "warm cache: first builds of $c (untimed in the table)"
-    local default_socket=$CCROUTE_SOCKET
-    measure prime "$c" ccache 0 "$header"
-    # ccroute stores only what its agents compiled (an object a consumerd
-    # compiled itself cannot be checked, so it is never stored). With one
-    # agent the window is a few compiles, and make -j8 would compile the rest
-    # locally, uncached: the priming build runs one compile at a time, so
-    # every compile goes through the scheduler.
-    JOBS=1 CCROUTE_SOCKET=$CCROUTE_WARM_SOCKET measure prime "$c" ccroute 0 "$header"
-    local tools=(local ccache ccroute) r tool
+    WARM_CORPORA=()
+    for c in "${WARM_LIST[@]}"; do
+        [[ " ${CORPORA[*]} " == *" $c "* ]] && WARM_CORPORA+=("$c")
+    done
+    ((${#WARM_CORPORA[@]})) || WARM_CORPORA=("${CORPORA[0]}")
+    # The first builds' files must be older than the compiles that record
+    # them (a file changed just before a compile is not trusted).
+    sleep 1
+    for c in "${WARM_CORPORA[@]}"; do
+        say "warm cache: first builds of $c (untimed in the table)"
+        measure prime "$c" ccache 0 "$header"
+        measure prime "$c" ccroute 0 "$header"
+    done
+    local tools=(local ccache ccroute)
     for ((r = 1; r <= ROUNDS; r++)); do
-        for tool in $(rotated "$r" "${tools[@]}"); do
-            if [[ $tool == ccroute ]]; then
-                CCROUTE_SOCKET=$CCROUTE_WARM_SOCKET measure warm "$c" "$tool" "$r" "$header"
-            else
+        for c in "${WARM_CORPORA[@]}"; do
+            for tool in $(rotated "$r" "${tools[@]}"); do
                 measure warm "$c" "$tool" "$r" "$header"
-            fi
+            done
         done
     done
-    export CCROUTE_SOCKET=$default_socket
+}
+
+# ccroute's warm build over ccache's, paired by round: "median min max".
+paired() {
+    local corpus=$1
+    awk -F'\t' -v c="$corpus" -v f="$STAT_FIELD" '
+        $1 == "warm" && $2 == c && $3 == "ccache" { a[$4] = $f }
+        $1 == "warm" && $2 == c && $3 == "ccroute" { b[$4] = $f }
+        END {
+            n = 0
+            for (r in b) if ((r in a) && a[r] > 0) x[++n] = b[r] / a[r]
+            if (n == 0) { print "- - -"; exit }
+            for (i = 2; i <= n; i++) { v = x[i]; j = i - 1; while (j > 0 && x[j] > v) { x[j + 1] = x[j]; j-- } x[j + 1] = v }
+            med = (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+            print med, x[1], x[n]
+        }' "$WORK/results.tsv"
 }
 
 # ---------------------------------------------------------------------------
@@ -926,24 +944,26 @@ render() {
         fi
         if ((WARM)) && grep -q "^warm" "$WORK/results.tsv"; then
             echo
-            echo "## Warm cache: second build of ${CORPUS_DESC[$WARM_CORPUS]}"
+            echo "## Warm cache: second builds"
             echo
-            echo "The same corpus and flags built once before (untimed), then again from a clean build directory:"
-            echo "ccache with a cache directory of its own; ccroute with its scheduler's result cache, through a"
-            echo "consumerd started with \`--prefer-remote\` (every compile goes through the scheduler while its"
-            echo "window has room, so the cache can answer it; in default mode the compiles that take local slots"
-            echo "never ask). The scheduler stores only what an agent compiled, never an object a consumerd made"
-            echo "itself, so ccroute's first build runs make -j1: one agent's window is a few compiles, and past"
-            echo "it make -j8 would compile locally, uncached. In the timed builds, compiles past the window (raised"
-            echo "by the consumerd's hit ratio, at most 4×) still run locally. ccroute's key is over the"
-            echo "preprocessed text, so it preprocesses every file even on a hit; ccache's direct mode hashes the"
-            echo "sources and headers instead and skips the preprocessor."
+            echo "Each corpus built once before (untimed, make -j$JOBS), then again from a clean build directory,"
+            echo "round after round: ccache (direct mode, its default) with a cache directory of its own; ccroute"
+            echo "in its default mode (no \`--prefer-remote\`: local slots first, the rest through the agent),"
+            echo "answered by the consumerd's direct-mode cache and local tier — a manifest per unit in the"
+            echo "daemon's memory, file digests remembered by inode and stamp, no preprocessor run and no slot"
+            echo "taken on a hit. Ratios are wall (and CPU) time over the local gcc build of the same round;"
+            echo "*ccroute ÷ ccache* pairs the two warm builds of each round."
             echo
-            echo "| | wall, ratio to local gcc | CPU, ratio to local gcc | cache hits |"
-            echo "|---|---:|---:|---:|"
-            for tool in ccache ccroute; do
+            echo "| corpus | tool | wall, ratio to local gcc | CPU, ratio to local gcc | cache hits |"
+            echo "|---|---|---:|---:|---:|"
+            local c
+            for c in $(awk -F'\t' '$1 == "warm" && !seen[$2]++ {print $2}' "$WORK/results.tsv"); do
+                for tool in ccache ccroute; do
+                    # shellcheck disable=SC2046
+                    echo "| ${c} | $(tool_name "$tool") | $(fmt_ratio $(stat ratio warm "$c" "$tool")) | $(fmt_ratio $(STAT_FIELD=10 stat ratio warm "$c" "$tool")) | $(served warm "$c" "$tool" | awk '{printf "%d/%d", $3, $2}') |"
+                done
                 # shellcheck disable=SC2046
-                echo "| $(tool_name "$tool"), second build | $(fmt_ratio $(stat ratio warm "$WARM_CORPUS" "$tool")) | $(fmt_ratio $(STAT_FIELD=10 stat ratio warm "$WARM_CORPUS" "$tool")) | $(served warm "$WARM_CORPUS" "$tool" | awk '{printf "%d/%d", $3, $2}') |"
+                echo "| ${c} | **ccroute ÷ ccache**, paired | $(fmt_ratio $(paired "$c")) | $(fmt_ratio $(STAT_FIELD=10 paired "$c")) | |"
             done
         fi
         echo
@@ -1050,6 +1070,17 @@ verdicts() {
             print ". In default mode most tiny jobs take a local slot and skip the extra preprocessing, so ccroute can land below the floor."
         }'
     fi
+    if grep -q "^warm" "$WORK/results.tsv"; then
+        local c m all hits
+        for c in $(awk -F'\t' '$1 == "warm" && !seen[$2]++ {print $2}' "$WORK/results.tsv"); do
+            m=$(paired "$c" | awk '{print $1}')
+            [[ $m == - ]] && continue
+            read -r _ all hits _ < <(served warm "$c" ccroute)
+            awk -v c="$c" -v m="$m" -v a="$all" -v h="$hits" 'BEGIN {
+                printf "- **Warm rebuild of %s, goal every unit a hit and at most 0.8× ccache**: ccroute took %.2f× ccache'"'"'s wall time (median of the paired rounds), %d of %d units answered by a cache: %s.\n", c, m, h, a, (m <= 0.8 && h == a) ? "met" : "not met"
+            }'
+        done
+    fi
     local tool line="" d
     for tool in "${TOOLS[@]:1}"; do
         d=$(for c in "${CORPORA[@]}"; do served cold "$c" "$tool"; done | awk '{b += $4} END {print b + 0}')
@@ -1092,7 +1123,6 @@ report_only() {
     WARM=0
     if grep -q "^warm" "$WORK/results.tsv"; then
         WARM=1
-        WARM_CORPUS=$(awk -F'\t' '$1 == "warm" {print $2; exit}' "$WORK/results.tsv")
     fi
     render
 }

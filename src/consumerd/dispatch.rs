@@ -541,32 +541,6 @@ impl Dispatcher {
     }
 }
 
-#[cfg(test)]
-mod deadline_tests {
-    use super::*;
-
-    #[test]
-    fn deadlines_follow_what_units_cost_within_floor_and_cap() {
-        let mut d = Deadlines::new(Duration::from_secs(30), Duration::from_secs(600));
-        // Before any measurement: 1 s per MiB, ten times over, at least the floor.
-        assert_eq!(d.for_unit(1 << 10), Duration::from_secs(30));
-        assert_eq!(d.for_unit(100 << 20), Duration::from_secs(600), "capped");
-        // Slow units (40 s for 100 KiB: heavy templates) raise the estimate past the floor.
-        for _ in 0..60 {
-            d.observe(100 << 10, Duration::from_secs(40));
-        }
-        let slow = d.for_unit(100 << 10);
-        assert!(slow > Duration::from_secs(300) && slow <= Duration::from_secs(600), "{slow:?}");
-        // Fast ones bring it down again, never under the floor.
-        for _ in 0..200 {
-            d.observe(100 << 10, Duration::from_millis(1));
-        }
-        assert_eq!(d.for_unit(100 << 10), Duration::from_secs(30));
-        // A floor above the cap is the cap.
-        assert_eq!(Deadlines::new(Duration::from_secs(9), Duration::from_secs(2)).for_unit(1), Duration::from_secs(2));
-    }
-}
-
 /// What tells toolchains apart in a manifest key: the route key and the
 /// binaries' digest.
 fn identity(t: &Toolchain) -> Vec<u8> {
@@ -621,5 +595,31 @@ fn name(msg: &WrapperMsg) -> &'static str {
         WrapperMsg::Source(_) => "source",
         WrapperMsg::Record(_) => "record",
         WrapperMsg::Query(_) => "query",
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_follow_what_units_cost_within_floor_and_cap() {
+        let mut d = Deadlines::new(Duration::from_secs(30), Duration::from_secs(600));
+        // Before any measurement: 1 s per MiB, ten times over, at least the floor.
+        assert_eq!(d.for_unit(1 << 10), Duration::from_secs(30));
+        assert_eq!(d.for_unit(100 << 20), Duration::from_secs(600), "capped");
+        // Slow units (40 s for 100 KiB: heavy templates) raise the estimate past the floor.
+        for _ in 0..60 {
+            d.observe(100 << 10, Duration::from_secs(40));
+        }
+        let slow = d.for_unit(100 << 10);
+        assert!(slow > Duration::from_secs(300) && slow <= Duration::from_secs(600), "{slow:?}");
+        // Fast ones bring it down again, never under the floor.
+        for _ in 0..200 {
+            d.observe(100 << 10, Duration::from_millis(1));
+        }
+        assert_eq!(d.for_unit(100 << 10), Duration::from_secs(30));
+        // A floor above the cap is the cap.
+        assert_eq!(Deadlines::new(Duration::from_secs(9), Duration::from_secs(2)).for_unit(1), Duration::from_secs(2));
     }
 }

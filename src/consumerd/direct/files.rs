@@ -142,6 +142,11 @@ impl Interner {
     pub fn len(&self) -> usize {
         self.by_id.len()
     }
+
+    /// No path is interned.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
 }
 
 fn stamp_ns(secs: i64, nsec: i64) -> i64 {

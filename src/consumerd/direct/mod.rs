@@ -68,6 +68,22 @@ const MAX_ABSENT: usize = 20_000;
 /// coarse, and lags the wall clock by up to a tick.
 const CHANGED_MARGIN_NS: i64 = 100_000_000;
 
+/// Options that make the compile read a file its dependency output does not
+/// list (profiles, sanitizer lists, plugins, spec files): a unit with one is
+/// never answered from the cache, as its result could depend on that file.
+const READS_UNLISTED_FILES: &[&str] = &[
+    "-fprofile-use",
+    "-fprofile-sample-use",
+    "-fauto-profile",
+    "-fprofile-instr-use",
+    "-fsanitize-blacklist",
+    "-fsanitize-ignorelist",
+    "-fplugin",
+    "-specs",
+    "--specs",
+    "-fcoverage-data",
+];
+
 /// The default size of the local tier.
 pub const DEFAULT_MAX_BYTES: u64 = 5 << 30;
 
@@ -121,8 +137,11 @@ pub struct DirectCache {
     clock: AtomicU64,
     dirty: AtomicBool,
     counters: Counters,
-    system_dirs: Mutex<HashMap<(PathBuf, bool), Arc<Vec<PathBuf>>>>,
+    system_dirs: Mutex<HashMap<(PathBuf, bool), SystemDirs>>,
 }
+
+/// A compiler's system include directories, for C or C++.
+type SystemDirs = Arc<Vec<PathBuf>>;
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -199,6 +218,12 @@ impl DirectCache {
     /// The manifest key of `job` compiled by a toolchain of `identity`, and
     /// the input's digest; `Err` when direct mode does not apply.
     fn probe(&self, identity: &[u8], compiler: &Path, job: &DirectJob) -> Result<Probe, &'static str> {
+        if job.args.iter().any(|a| READS_UNLISTED_FILES.iter().any(|p| a.starts_with(p.as_bytes()))) {
+            return Err("an option reads a file its dependency list does not name");
+        }
+        if job.dep_file.as_ref().is_some_and(|d| d == b"-" || d.starts_with(b"/dev/")) {
+            return Err("the dependency file is not a regular file");
+        }
         let now = now_ns();
         let input = os(&job.input);
         let source = self.files.digest(input, now).map_err(|_| "the input cannot be read")?;
@@ -437,7 +462,7 @@ impl DirectCache {
 
     /// The system include directories of `compiler` for C (or C++), asked
     /// of it once (`-E -v`); empty when it does not say.
-    pub fn system_dirs(&self, compiler: &Path, cxx: bool) -> Arc<Vec<PathBuf>> {
+    pub fn system_dirs(&self, compiler: &Path, cxx: bool) -> SystemDirs {
         let key = (compiler.to_owned(), cxx);
         if let Some(d) = self.system_dirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
             return d.clone();
