@@ -3,6 +3,9 @@
 //! scheduler with its disk cache, one agent and a consumerd on 127.0.0.1 —
 //! and the same pair through ccache (Debian's package) with an empty
 //! `CCACHE_DIR`, all in this one run, as ratios to a plain local build.
+//! The consumerd here has no direct-mode cache of its own, so the warm build
+//! measures the scheduler's shared cache alone; `benches/peers.sh` measures
+//! the consumerd's direct-mode cache and local tier against ccache.
 //!
 //! `cargo bench --bench cache`. Under `cargo test` it only checks that the
 //! cluster starts and one compile goes through it.

@@ -49,12 +49,16 @@ impl Case {
     }
 
     fn run(&self, dir: &Path, through_ccroute: bool, args: &[&str]) -> Output {
+        let (compiler, args) = match args.first() {
+            Some(&"clang") => ("clang", &args[1..]),
+            _ => ("gcc", args),
+        };
         let mut cmd = if through_ccroute {
             let mut cmd = self.c.command(ccroute());
-            cmd.arg("gcc");
+            cmd.arg(compiler);
             cmd
         } else {
-            Command::new("gcc")
+            Command::new(compiler)
         };
         cmd.current_dir(dir).args(args).env("CCROUTE_VERBOSE", "1").output().unwrap()
     }
@@ -328,4 +332,27 @@ fn a_remote_compile_is_recorded_and_then_answered_before_any_slot() {
     assert!(s["counters"]["remote"].as_u64() >= Some(1), "went through the agent: {s}");
     k.write("conf.h", "#define VALUE 2\n");
     k.assert_miss(&args, &["m.o", "m.d"]);
+}
+
+#[test]
+fn units_that_never_go_remote_are_cached_too() {
+    let k = Case::new();
+    k.write("m.c", MAIN);
+    k.write("conf.h", "#define VALUE 1\n");
+    k.age();
+    // gcc with a pedantic flag: compiled here, never on an agent, yet
+    // answered from the local tier the second time. (-flto is cached the same
+    // way; its objects hold a random seed, so no two gcc runs match to compare.)
+    k.prime(&["-Wpedantic", "-O2", "-g", "-c", "m.c", "-o", "m.o"], OBJ);
+    k.write("conf.h", "#define VALUE 2\n");
+    k.assert_miss(&["-Wpedantic", "-O2", "-g", "-c", "m.c", "-o", "m.o"], OBJ);
+    // clang with -g (its debug info checksums the sources): the same.
+    if Command::new("clang").arg("--version").output().is_err() {
+        ccroute::test_env::lacking("clang", "no clang in PATH");
+        return;
+    }
+    k.age();
+    k.prime(&["clang", "-g", "-O1", "-c", "m.c", "-o", "m.o"], OBJ);
+    k.write("conf.h", "#define VALUE 3\n");
+    k.assert_miss(&["clang", "-g", "-O1", "-c", "m.c", "-o", "m.o"], OBJ);
 }

@@ -105,7 +105,9 @@ fn remote_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString]) ->
     let family = Family::of_compiler(Path::new(compiler));
     let plan = match classify(family, args, cwd, |_| None) {
         Classification::Remote(plan) => plan,
-        Classification::Local(r) => panic!("{args:?} classified local: {r}"),
+        Classification::Local(r) | Classification::LocalCached { reason: r, .. } => {
+            panic!("{args:?} classified local: {r}")
+        }
     };
     let pre = Command::new(compiler).args(&plan.preprocess_args).current_dir(cwd).output().unwrap();
     assert!(pre.status.success(), "preprocess failed: {}", String::from_utf8_lossy(&pre.stderr));

@@ -38,6 +38,14 @@ pub enum Classification {
     Local(LocalReason),
     /// Preprocess here, compile on an agent.
     Remote(RemotePlan),
+    /// Run it on this machine (why), but it is an ordinary compile: the
+    /// consumerd's direct-mode cache may answer it, and records it when not.
+    LocalCached {
+        /// Why it cannot go remote.
+        reason: LocalReason,
+        /// What the cache needs (its `spec` never reaches an agent).
+        plan: Box<RemotePlan>,
+    },
 }
 
 /// Everything a consumerd needs to run one compile remotely.
@@ -113,7 +121,8 @@ pub fn classify(
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Classification {
     match plan(family, args, cwd, &env) {
-        Ok(p) => Classification::Remote(p),
+        Ok((p, None)) => Classification::Remote(p),
+        Ok((p, Some(reason))) => Classification::LocalCached { reason, plan: Box::new(p) },
         Err(r) => Classification::Local(r),
     }
 }
@@ -123,7 +132,7 @@ fn plan(
     args: &[OsString],
     cwd: &Path,
     env: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<RemotePlan, LocalReason> {
+) -> Result<(RemotePlan, Option<LocalReason>), LocalReason> {
     let s = scan(family, args)?;
     if !s.compile {
         return Err(LocalReason::NoCompile);
@@ -174,24 +183,26 @@ fn plan(
             why: "clang names its target after -o, which -E lacks",
         });
     }
-    if s.lto {
-        return Err(LocalReason::Option {
+    // Past this point a reason to stay local is about the remote compile
+    // alone: the unit is an ordinary compile, which the consumerd's cache may answer.
+    let stay_local = if s.lto {
+        Some(LocalReason::Option {
             arg: "-flto".to_owned(),
             why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
-        });
-    }
-    if family == Family::Gnu && s.pedantic {
-        return Err(LocalReason::Option {
+        })
+    } else if family == Family::Gnu && s.pedantic {
+        Some(LocalReason::Option {
             arg: "-pedantic".to_owned(),
             why: "gcc reports the line markers of the preprocessed text as an extension",
-        });
-    }
-    if family == Family::Clang && s.debug {
-        return Err(LocalReason::Option {
+        })
+    } else if family == Family::Clang && s.debug {
+        Some(LocalReason::Option {
             arg: "-g".to_owned(),
             why: "clang's debug info records checksums of the source files, which the rewritten text cannot match",
-        });
-    }
+        })
+    } else {
+        None
+    };
     let preprocess_args = preprocess_args(family, &s);
     let direct = direct_inputs(&s, cwd, &output_name, env);
     let mut remote = s.remote;
@@ -202,7 +213,7 @@ fn plan(
         cwd: if s.debug { Some(cwd_string(cwd)?) } else { None },
         env: diagnostic_env(env),
     };
-    Ok(RemotePlan {
+    let plan = RemotePlan {
         family,
         preprocess_args,
         spec,
@@ -210,7 +221,8 @@ fn plan(
         output: cwd.join(output_name),
         language,
         direct,
-    })
+    };
+    Ok((plan, stay_local))
 }
 
 /// Where the dependency file goes (as gcc's driver names it) and the include
@@ -310,14 +322,14 @@ mod tests {
     fn remote(args: &[&str]) -> RemotePlan {
         match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => p,
-            Classification::Local(r) => panic!("{args:?} local: {r}"),
+            Classification::Local(r) | Classification::LocalCached { reason: r, .. } => panic!("{args:?} local: {r}"),
         }
     }
 
     fn local(args: &[&str]) -> LocalReason {
         match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => panic!("{args:?} remote: {p:?}"),
-            Classification::Local(r) => r,
+            Classification::Local(r) | Classification::LocalCached { reason: r, .. } => r,
         }
     }
 

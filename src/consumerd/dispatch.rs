@@ -96,6 +96,10 @@ struct Conn {
     /// For a remote compile to record: the files its preprocessing read and
     /// the dependency file it wrote.
     read: Option<(Vec<Vec<u8>>, Bytes)>,
+    /// What it waits for in line.
+    want: Want,
+    /// It runs here whatever happens, without a slot (why): only the cache may answer it.
+    stay_local: Option<String>,
 }
 
 /// Owns the connections' states and drives them.
@@ -319,22 +323,49 @@ impl Dispatcher {
         debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
         let same_protocol = job.version == LOCAL_PROTOCOL_VERSION;
         let direct = job.direct.filter(|_| want == Want::Any && self.direct.is_some()).map(Arc::new);
+        let stay_local = job.stay_local.filter(|_| same_protocol);
+        let want = if stay_local.is_some() { Want::LocalOnly } else { want };
         let state = if direct.is_some() { ConnState::Looking } else { ConnState::Queued };
-        let conn =
-            Conn { same_protocol, compiler, spec: job.spec, pid: job.pid, state, direct, probe: None, read: None };
-        if let (Some(cache), Some(job)) = (self.direct.clone(), conn.direct.clone()) {
-            let (toolchains, compiler) = (self.toolchains.clone(), conn.compiler.clone());
-            let task = self.work.spawn_blocking(move || {
-                Done::Lookup(match toolchains.get(&compiler) {
-                    Ok(t) => cache.lookup(&identity(&t), &compiler, &job),
-                    Err(_) => Lookup::Refused("the compiler's identity is unknown"),
-                })
-            });
-            self.work_owner.insert(task.id(), (id, WorkKind::Lookup));
-        } else {
-            self.slots.request(id, want);
-        }
+        let lookup = self.direct.clone().zip(direct.clone()).map(|(cache, job)| (cache, job, compiler.clone()));
+        let conn = Conn {
+            same_protocol,
+            compiler,
+            spec: job.spec,
+            pid: job.pid,
+            state,
+            direct,
+            probe: None,
+            read: None,
+            want,
+            stay_local,
+        };
         self.conns.insert(id, conn);
+        let Some((cache, job, compiler)) = lookup else {
+            return self.queue(id);
+        };
+        let toolchains = self.toolchains.clone();
+        let task = self.work.spawn_blocking(move || {
+            Done::Lookup(match toolchains.get(&compiler) {
+                Ok(t) => cache.lookup(&identity(&t), &compiler, &job),
+                Err(_) => Lookup::Refused("the compiler's identity is unknown"),
+            })
+        });
+        self.work_owner.insert(task.id(), (id, WorkKind::Lookup));
+    }
+
+    /// Puts a connection in line for a slot; one that stays local without a
+    /// slot is told to compile at once.
+    fn queue(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        conn.state = ConnState::Queued;
+        if let Some(reason) = conn.stay_local.clone() {
+            conn.state = ConnState::Local;
+            bump(&self.stats.local);
+            let record = conn.probe.is_some();
+            self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason, record }, vec![]));
+            return;
+        }
+        self.slots.request(id, conn.want);
     }
 
     /// Hands out every slot that can be handed out.
@@ -456,13 +487,11 @@ impl Dispatcher {
                 }
                 Lookup::Miss(probe) => {
                     conn.probe = Some(probe);
-                    conn.state = ConnState::Queued;
-                    self.slots.request(id, Want::Any);
+                    self.queue(id);
                 }
                 Lookup::Refused(why) => {
                     debug!(conn = %id, pid = conn.pid, why, "direct mode does not apply");
-                    conn.state = ConnState::Queued;
-                    self.slots.request(id, Want::Any);
+                    self.queue(id);
                 }
             },
             (Done::Toolchain(result), ConnState::Preprocessing { lookup, .. }) => {

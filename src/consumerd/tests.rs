@@ -237,6 +237,7 @@ fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
         spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![] },
         pid: 0,
         direct: None,
+        stay_local: None,
     };
     let mut session = crate::wrapper::session::Session::new(s.try_clone().unwrap());
     session.send(&WrapperMsg::Job(job), b"").unwrap();

@@ -137,6 +137,10 @@ pub struct Job {
     pub pid: u32,
     /// What a direct-mode lookup needs; `None`: ask no cache.
     pub direct: Option<DirectJob>,
+    /// This compile runs here whatever happens (why): only the cache may
+    /// answer it, and on a miss it runs at once, without a slot, as it would
+    /// without ccroute.
+    pub stay_local: Option<String>,
 }
 
 /// The header of the preprocessed text.
@@ -384,6 +388,7 @@ mod tests {
                 colors: false,
                 started_ns: 1,
             }),
+            stay_local: None,
         })
     }
 

@@ -80,7 +80,9 @@ fn consumerd_task(compiler: &str, key: ToolchainKey, cwd: &Path, args: &[&str]) 
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
     let plan = match classify(Family::of_compiler(Path::new(compiler)), &args, cwd, |_| None) {
         Classification::Remote(plan) => plan,
-        Classification::Local(why) => panic!("{args:?} stays local: {why}"),
+        Classification::Local(why) | Classification::LocalCached { reason: why, .. } => {
+            panic!("{args:?} stays local: {why}")
+        }
     };
     let pre = Command::new(compiler).args(&plan.preprocess_args).current_dir(cwd).output().unwrap();
     assert!(pre.status.success(), "{}", String::from_utf8_lossy(&pre.stderr));

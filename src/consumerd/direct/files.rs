@@ -8,8 +8,14 @@
 //! stamp, and only one that has been left alone for a while can be known by
 //! it. Any other file is read and hashed on every use.
 //!
-//! Main items: [`Files`], [`Digested`], [`Marks`], [`normalize`]. Left out:
-//! what the digests are for (`super`).
+//! Whether a path is absent is answered the same way, from directory
+//! listings remembered under the directory's identity and stamp (a new entry
+//! changes its directory's mtime), trusted under the same rule: a lookup
+//! that must check hundreds of paths on the include path costs a `stat` per
+//! directory instead of one per path.
+//!
+//! Main items: [`Files`], [`Digested`], [`Marks`], [`Absence`], [`normalize`].
+//! Left out: what the digests are for (`super`).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -28,6 +34,9 @@ pub const MAX_DIGESTS: usize = 200_000;
 
 /// At most this many paths are interned; past it the cache starts over.
 pub const MAX_PATHS: usize = 1_000_000;
+
+/// At most this many directory listings are remembered; past it the memory starts over.
+pub const MAX_LISTINGS: usize = 20_000;
 
 /// What a file's text uses that decides whether, and how, its result may be reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,6 +115,40 @@ pub struct Remembered {
 pub struct Files {
     paths: Mutex<Interner>,
     digests: Mutex<HashMap<(u64, u64), Remembered>>,
+    listings: Mutex<HashMap<PathBuf, Listing>>,
+}
+
+/// A remembered directory listing.
+#[derive(Debug, Clone)]
+struct Listing {
+    stamp: DirStamp,
+    names: Arc<std::collections::HashSet<std::ffi::OsString>>,
+}
+
+/// What identifies a directory's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirStamp {
+    dev: u64,
+    ino: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+/// One lookup's view of directories: each is asked about once.
+#[derive(Debug, Default)]
+pub struct Absence {
+    seen: HashMap<PathBuf, DirView>,
+}
+
+/// What a lookup knows of one directory.
+#[derive(Debug, Clone)]
+enum DirView {
+    /// Not a directory now.
+    Missing,
+    /// Its entries, from a listing that can be trusted.
+    Listed(Arc<std::collections::HashSet<std::ffi::OsString>>),
+    /// Changed too recently to trust a listing: ask for each path.
+    Young,
 }
 
 /// Paths as small numbers, so that manifests stay small.
@@ -214,6 +257,74 @@ impl Files {
     pub fn clear(&self) {
         *self.paths() = Interner::default();
         self.digests().clear();
+        self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+
+    /// What is known of directory `dir` now: from memory when its stamp is
+    /// unchanged and old enough, else from a listing (kept when the stamp is
+    /// old enough), else nothing.
+    fn view(&self, dir: &Path, now_ns: i64) -> DirView {
+        let Some(meta) = std::fs::metadata(dir).ok().filter(std::fs::Metadata::is_dir) else {
+            return DirView::Missing;
+        };
+        let stamp = DirStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mtime_ns: stamp_ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: stamp_ns(meta.ctime(), meta.ctime_nsec()),
+        };
+        let trust_before = now_ns.saturating_sub(i64::try_from(TRUST_AGE.as_nanos()).unwrap_or(i64::MAX));
+        if stamp.mtime_ns >= trust_before || stamp.ctime_ns >= trust_before {
+            return DirView::Young;
+        }
+        let lock = || self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(l) = lock().get(dir).filter(|l| l.stamp == stamp) {
+            return DirView::Listed(l.names.clone());
+        }
+        let Ok(list) = std::fs::read_dir(dir) else { return DirView::Young };
+        let names: std::collections::HashSet<std::ffi::OsString> =
+            list.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+        // The stamp after listing: an entry made meanwhile shows in it.
+        let unchanged = std::fs::metadata(dir).is_ok_and(|m| {
+            stamp_ns(m.mtime(), m.mtime_nsec()) == stamp.mtime_ns
+                && stamp_ns(m.ctime(), m.ctime_nsec()) == stamp.ctime_ns
+        });
+        if !unchanged {
+            return DirView::Young;
+        }
+        let names = Arc::new(names);
+        let mut listings = lock();
+        if listings.len() >= MAX_LISTINGS {
+            listings.clear();
+        }
+        listings.insert(dir.to_owned(), Listing { stamp, names: names.clone() });
+        DirView::Listed(names)
+    }
+
+    /// Whether nothing is at `path` now (the preprocessor would not find a
+    /// file there), walking down from its first directory `base` — `path`
+    /// must be under it — through remembered listings.
+    pub fn absent_under(&self, base: &Path, path: &Path, now_ns: i64, view: &mut Absence) -> bool {
+        let Ok(rest) = path.strip_prefix(base) else { return absent(path) };
+        let mut dir = base.to_owned();
+        for c in rest.components() {
+            let Component::Normal(name) = c else { return absent(path) };
+            let known = match view.seen.get(&dir) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = self.view(&dir, now_ns);
+                    view.seen.insert(dir.clone(), v.clone());
+                    v
+                }
+            };
+            match known {
+                DirView::Missing => return true,
+                DirView::Young => return absent(path),
+                DirView::Listed(names) if !names.contains(name) => return true,
+                DirView::Listed(_) => dir.push(name),
+            }
+        }
+        false
     }
 }
 
@@ -284,5 +395,28 @@ mod tests {
         assert_eq!(files.digests().len(), 1);
         assert_eq!(files.digest(&p, later).unwrap(), d);
         assert!(absent(&t.path().join("none.h")) && absent(&p.join("sub.h")) && !absent(&p));
+    }
+
+    #[test]
+    fn absence_comes_from_listings_that_a_new_entry_invalidates() {
+        let t = tempfile::tempdir().unwrap();
+        let inc = t.path().join("inc");
+        std::fs::create_dir_all(inc.join("sys")).unwrap();
+        std::fs::write(inc.join("sys/a.h"), "").unwrap();
+        let files = Files::default();
+        let later = stamp_ns(std::time::UNIX_EPOCH.elapsed().unwrap().as_secs() as i64, 0) + 10_000_000_000;
+        let now = stamp_ns(std::time::UNIX_EPOCH.elapsed().unwrap().as_secs() as i64, 0);
+        for when in [now, later] {
+            let mut view = Absence::default();
+            assert!(files.absent_under(&inc, &inc.join("sys/b.h"), when, &mut view));
+            assert!(files.absent_under(&inc, &inc.join("none/b.h"), when, &mut view));
+            assert!(!files.absent_under(&inc, &inc.join("sys/a.h"), when, &mut view));
+        }
+        assert_eq!(files.listings.lock().unwrap().len(), 2, "old enough listings are kept");
+        std::fs::write(inc.join("sys/b.h"), "").unwrap();
+        assert!(!files.absent_under(&inc, &inc.join("sys/b.h"), later, &mut Absence::default()));
+        std::fs::create_dir(inc.join("none")).unwrap();
+        std::fs::write(inc.join("none/b.h"), "").unwrap();
+        assert!(!files.absent_under(&inc, &inc.join("none/b.h"), later, &mut Absence::default()));
     }
 }

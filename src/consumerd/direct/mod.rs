@@ -10,7 +10,7 @@
 //!                files read (path, digest), paths that must stay absent,
 //!                the day (when a file uses __DATE__), result key
 //! result key   = blake3(manifest key, files and digests, absent paths, day)
-//! local tier   = result key → stdout, stderr, object; and the dependency file
+//! local tier   = result key → stdout, stderr, object and dependency file
 //! ```
 //!
 //! - **Lookup** ([`DirectCache::lookup`]): digest the input (from memory when
@@ -52,7 +52,7 @@ use ccroute_wire::{CacheKey, Compression, PayloadInfo};
 use tracing::{debug, warn};
 
 use crate::cache::{CachedResult, DiskTier};
-use files::{absent, normalize, Files, Marks};
+use files::{normalize, Absence, Files, Marks};
 
 /// Entries kept per manifest (builds that alternate between header versions).
 pub const ENTRIES_PER_MANIFEST: usize = 4;
@@ -92,8 +92,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 5 << 30;
 pub struct Entry {
     /// Files read (interned path, digest), the input excluded.
     pub files: Vec<(u32, [u8; 32])>,
-    /// Paths that were absent and must stay so (interned).
-    pub absent: Vec<u32>,
+    /// Paths that were absent and must stay so: (directory searched, path
+    /// under it), interned.
+    pub absent: Vec<(u32, u32)>,
     /// The day, when a file uses `__DATE__`.
     pub day: Option<String>,
     /// Where the result is.
@@ -299,11 +300,11 @@ impl DirectCache {
     /// Every file has its digest and every absent path is absent; else the
     /// first path that differs.
     fn still_holds(&self, entry: &Entry, now: i64) -> Result<(), PathBuf> {
-        let (files, gone): (Vec<(PathBuf, [u8; 32])>, Vec<PathBuf>) = {
+        let (files, gone): (Vec<(PathBuf, [u8; 32])>, Vec<(PathBuf, PathBuf)>) = {
             let paths = self.files.paths();
             let path = |id: u32| paths.path(id).map(|p| PathBuf::from(OsStr::from_bytes(p)));
             let files = entry.files.iter().map(|(id, d)| path(*id).map(|p| (p, *d))).collect::<Option<Vec<_>>>();
-            let gone = entry.absent.iter().map(|id| path(*id)).collect::<Option<Vec<_>>>();
+            let gone = entry.absent.iter().map(|(d, p)| path(*d).zip(path(*p))).collect::<Option<Vec<_>>>();
             match (files, gone) {
                 (Some(f), Some(g)) => (f, g),
                 _ => return Err(PathBuf::from("<a path the cache forgot>")),
@@ -312,16 +313,20 @@ impl DirectCache {
         if let Some((p, _)) = files.iter().find(|(p, d)| !self.files.digest(p, now).is_ok_and(|got| got.digest == *d)) {
             return Err(p.clone());
         }
-        match gone.into_iter().find(|p| !absent(p)) {
-            Some(p) => Err(p),
+        let mut view = Absence::default();
+        match gone.into_iter().find(|(d, p)| !self.files.absent_under(d, p, now, &mut view)) {
+            Some((_, p)) => Err(p),
             None => Ok(()),
         }
     }
 
     fn result(&self, key: &[u8; 32], want_deps: bool) -> Option<[Bytes; 4]> {
         let found = self.tier.get(&CacheKey(*key))?;
-        let deps = if want_deps { self.tier.get(&dep_key(key))?.object } else { Bytes::new() };
-        Some([found.stdout, found.stderr, found.object, deps])
+        let (object, deps) = unpack(found.object)?;
+        if want_deps && deps.is_empty() {
+            return None;
+        }
+        Some([found.stdout, found.stderr, object, deps])
     }
 
     /// Records a successful compile of `job`: `files` are the files it read
@@ -392,7 +397,7 @@ impl DirectCache {
         let day = marks.has(Marks::DATE).then(today);
         let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
         let input_dir = input.parent().map(Path::to_owned).unwrap_or_default();
-        let gone = shadow_candidates(&read, &input_dir, &include_dirs, system_dirs);
+        let gone = shadow_candidates(&self.files, now, &read, &input_dir, &include_dirs, system_dirs);
         if gone.len() > MAX_ABSENT {
             return Err("too many include directories to watch");
         }
@@ -406,37 +411,34 @@ impl DirectCache {
             h.update(d);
         }
         h.update(&(gone.len() as u64).to_le_bytes());
-        for p in &gone {
+        for (_, p) in &gone {
             put(&mut h, p.as_os_str().as_bytes());
         }
         put(&mut h, day.as_deref().unwrap_or("").as_bytes());
         let result = *h.finalize().as_bytes();
 
         let [stdout, stderr, object, deps] = parts;
-        let stored = |object: Bytes, stdout: Bytes, stderr: Bytes| CachedResult {
+        if job.dep_file.is_some() && deps.is_empty() {
+            return Err("the dependency file is missing");
+        }
+        let packed = pack(&object, if job.dep_file.is_some() { &deps } else { &[] });
+        let stored = CachedResult {
             exit_status: 0,
             stdout,
             stderr,
             cpu_time_us: 0,
             payload: PayloadInfo {
-                len: object.len() as u64,
-                raw_len: object.len() as u64,
+                len: packed.len() as u64,
+                raw_len: packed.len() as u64,
                 compression: Compression::None,
             },
-            object,
+            object: packed,
         };
-        if job.dep_file.is_some() {
-            self.tier
-                .put(&dep_key(&result), &stored(deps, Bytes::new(), Bytes::new()))
-                .map_err(|_| "the local tier cannot store it")?;
-        }
-        self.tier
-            .put(&CacheKey(result), &stored(object, stdout, stderr))
-            .map_err(|_| "the local tier cannot store it")?;
+        self.tier.put(&CacheKey(result), &stored).map_err(|_| "the local tier cannot store it")?;
 
         let entry = Entry {
             files: read.iter().map(|(p, d)| (self.files.intern(p), *d)).collect(),
-            absent: gone.iter().map(|p| self.files.intern(p)).collect(),
+            absent: gone.iter().map(|(d, p)| (self.files.intern(d), self.files.intern(p))).collect(),
             day,
             result,
         };
@@ -521,12 +523,30 @@ impl DirectCache {
     }
 }
 
-/// Where a result's dependency file is kept.
-fn dep_key(result: &[u8; 32]) -> CacheKey {
-    let mut h = blake3::Hasher::new();
-    h.update(b"ccroute direct dependency file");
-    h.update(result);
-    CacheKey(*h.finalize().as_bytes())
+/// A local-tier object: the object's length (u64 LE), the object, then the
+/// dependency file.
+fn pack(object: &[u8], deps: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(8 + object.len() + deps.len());
+    v.extend_from_slice(&(object.len() as u64).to_le_bytes());
+    v.extend_from_slice(object);
+    v.extend_from_slice(deps);
+    Bytes::from(v)
+}
+
+/// Object and dependency file of a local-tier object; `None` when it is not one.
+fn unpack(mut packed: Bytes) -> Option<(Bytes, Bytes)> {
+    if packed.len() < 8 {
+        return None;
+    }
+    let mut len = [0; 8];
+    len.copy_from_slice(&packed[..8]);
+    let len = usize::try_from(u64::from_le_bytes(len)).ok()?;
+    let _ = packed.split_to(8);
+    if len > packed.len() {
+        return None;
+    }
+    let object = packed.split_to(len);
+    Some((object, packed))
 }
 
 fn evict_oldest(manifests: &mut HashMap<[u8; 32], Manifest>) {
@@ -538,32 +558,35 @@ fn evict_oldest(manifests: &mut HashMap<[u8; 32], Manifest>) {
 }
 
 /// Where a header that would shadow one the compile read could appear: for
-/// a file found under the `k`-th directory of the search chain (include
-/// directories, then system ones) as `name`, `<dir>/<name>` for the input's
-/// own directory (searched first for `#include "..."`) and every chain
-/// directory before the `k`-th — where nothing is now. A file under no chain
-/// directory was found beside the file that included it, searched first.
+/// a file found under a directory of the search chain (include directories,
+/// then system ones) as `name` — every way the file's path splits so, as a
+/// file under `-I.` is also under `-Iinclude` — `<dir>/<name>` for the
+/// input's own directory (searched first for `#include "..."`) and every
+/// chain directory before that one, where nothing is now; each as (the
+/// directory, the path). A file under no chain directory was found beside
+/// the file that included it, which is searched first.
 pub fn shadow_candidates(
+    files: &Files,
+    now: i64,
     read: &[(PathBuf, [u8; 32])],
     input_dir: &Path,
     include_dirs: &[PathBuf],
     system_dirs: &[PathBuf],
-) -> Vec<PathBuf> {
+) -> Vec<(PathBuf, PathBuf)> {
     let chain: Vec<&PathBuf> = include_dirs.iter().chain(system_dirs).collect();
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut view = Absence::default();
     for (file, _) in read {
-        let Some((k, name)) = chain.iter().enumerate().find_map(|(k, d)| file.strip_prefix(d).ok().map(|n| (k, n)))
-        else {
-            continue;
-        };
-        if name.as_os_str().is_empty() {
-            continue;
-        }
-        for dir in std::iter::once(input_dir).chain(chain[..k].iter().map(|d| d.as_path())) {
-            let p = dir.join(name);
-            if p != *file && seen.insert(p.clone()) && absent(&p) {
-                out.push(p);
+        for (k, name) in chain.iter().enumerate().filter_map(|(k, d)| file.strip_prefix(d).ok().map(|n| (k, n))) {
+            if name.as_os_str().is_empty() {
+                continue;
+            }
+            for dir in std::iter::once(input_dir).chain(chain[..k].iter().map(|d| d.as_path())) {
+                let p = dir.join(name);
+                if p != *file && seen.insert(p.clone()) && files.absent_under(dir, &p, now, &mut view) {
+                    out.push((dir.to_owned(), p));
+                }
             }
         }
     }

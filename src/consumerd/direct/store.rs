@@ -2,11 +2,11 @@
 //! manifests in one file, so that a restarted consumerd is warm at once.
 //!
 //! ```text
-//! "CCRDIRECT\x01" ‖ body ‖ blake3(body)
+//! "CCRDIRECT\x02" ‖ body ‖ blake3(body)
 //! body = paths: n ‖ (len ‖ bytes)*
 //!        digests: n ‖ (dev ino size mtime ctime digest marks)*
 //!        manifests: n ‖ (key used n ‖ entry*)*
-//! entry = files: n ‖ (path digest)* ‖ absent: n ‖ path* ‖ day: len ‖ bytes ‖ result
+//! entry = files: n ‖ (path digest)* ‖ absent: n ‖ (dir path)* ‖ day: len ‖ bytes ‖ result
 //! ```
 //!
 //! Integers are little-endian (`n` and `len` are u32). The file is written
@@ -24,7 +24,7 @@ use super::{Entry, Manifest};
 /// The file's name in the cache directory.
 pub const FILE_NAME: &str = "direct-manifests";
 
-const MAGIC: &[u8] = b"CCRDIRECT\x01";
+const MAGIC: &[u8] = b"CCRDIRECT\x02";
 
 /// Why the file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -129,8 +129,9 @@ pub fn save(path: &Path, files: &Files, manifests: &HashMap<[u8; 32], Manifest>)
                 o.0.extend_from_slice(d);
             }
             o.u32(e.absent.len());
-            for id in &e.absent {
-                o.u32(*id as usize);
+            for (dir, path) in &e.absent {
+                o.u32(*dir as usize);
+                o.u32(*path as usize);
             }
             o.bytes(e.day.as_deref().unwrap_or("").as_bytes());
             o.0.extend_from_slice(&e.result);
@@ -201,8 +202,10 @@ pub fn load(path: &Path, files: &Files) -> Result<Option<HashMap<[u8; 32], Manif
                 let id = known(i.u32()?)?;
                 list.push((id, i.digest()?));
             }
-            let n_absent = i.count(4)?;
-            let absent = (0..n_absent).map(|_| known(i.u32()?)).collect::<Result<Vec<_>, _>>()?;
+            let n_absent = i.count(8)?;
+            let absent = (0..n_absent)
+                .map(|_| Ok((known(i.u32()?)?, known(i.u32()?)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
             let day = std::str::from_utf8(i.bytes()?).map_err(|_| StoreError::Corrupt("a day that is not text"))?;
             let day = (!day.is_empty()).then(|| day.to_owned());
             entries.push(Entry { files: list, absent, day, result: i.digest()? });

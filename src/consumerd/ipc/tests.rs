@@ -50,6 +50,7 @@ fn job_frame() -> BytesMut {
         spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![] },
         pid: 1,
         direct: None,
+        stay_local: None,
     };
     let mut out = BytesMut::new();
     encode_local(&WrapperMsg::Job(job), b"", &mut out);
