@@ -29,6 +29,7 @@
 
 pub mod allow;
 pub(crate) mod args;
+pub mod depfile;
 pub mod lang;
 pub mod layout;
 pub mod plan;

@@ -278,7 +278,11 @@ impl Dispatcher {
                 };
                 let compiler = conn.compiler.clone();
                 drop(tokio::task::spawn_blocking(move || {
-                    record(&cache, &compiler, &probe, &job, &header.files, parts)
+                    if header.user_only {
+                        cache.record_later(&compiler, probe, job, header.files, parts);
+                    } else {
+                        record(&cache, &compiler, &probe, &job, &header.files, parts);
+                    }
                 }));
             }
             (other, _) => self.violation(id, &format!("unexpected {}", name(&other))),
@@ -587,29 +591,10 @@ fn record(
     listed: &[Vec<u8>],
     parts: [Bytes; 4],
 ) {
-    let system = cache.system_dirs(compiler, is_cxx(job));
+    let system = cache.system_dirs(compiler, super::direct::is_cxx(job));
     if let Err(why) = cache.record(probe, job, listed, parts, &system) {
         debug!(why, "not recorded");
     }
-}
-
-/// Whether the unit is C++ (its system include directories differ).
-fn is_cxx(job: &DirectJob) -> bool {
-    let mut x = None;
-    let mut args = job.args.iter();
-    while let Some(a) = args.next() {
-        if a == b"-x" {
-            x = args.next().map(|v| v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
-        } else if let Some(v) = a.strip_prefix(b"-x") {
-            x = Some(v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
-        }
-    }
-    x.unwrap_or_else(|| {
-        matches!(
-            crate::cc::lang::language_of_path(OsStr::from_bytes(&job.input)),
-            Some(crate::cc::Language::Cxx | crate::cc::Language::ObjCxx | crate::cc::Language::CxxHeader)
-        )
-    })
 }
 
 fn bump(counter: &AtomicU64) {

@@ -6,11 +6,12 @@
 //! command's own (`-MD`, `-Wp,-MD,file`), else one added for the purpose
 //! (gcc: `SUNPRO_DEPENDENCIES`, which the driver reads only when the command
 //! names no dependency output; clang: `-MD -MF` to a temporary file). A
-//! command with `-MMD` leaves system headers out of its list and is not
-//! recorded when it compiles locally.
+//! command with `-MMD` leaves system headers out of its list: the record
+//! says so, and the consumerd completes the list itself, later.
 //!
-//! Main items: [`direct_job`], [`write_hit`], [`compile_recording`],
-//! [`dep_files`]. Left out: the conversation (`super`).
+//! Main items: [`direct_job`], [`write_hit`], [`compile_recording`]. Left
+//! out: the conversation (`super`), reading dependency files
+//! ([`crate::cc::depfile`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
@@ -24,6 +25,7 @@ use ccroute_wire::local::{DirectJob, RecordHeader, WrapperMsg};
 
 use super::process::{exit_code, write_object, NOT_FOUND};
 use super::session::Session;
+use crate::cc::depfile::dep_files;
 use crate::cc::{Family, RemotePlan};
 
 /// Environment variables a hit's output depends on besides the include
@@ -76,61 +78,10 @@ pub fn write_hit(plan: &RemotePlan, object: &[u8], deps: &[u8]) -> std::io::Resu
     Ok(())
 }
 
-/// The prerequisites of the first rule of a make-syntax dependency file
-/// (as gcc and clang write them: `\`-newline continues a line, `\ ` is a
-/// space, `$$` a dollar, `\#` a hash).
-pub fn dep_files(text: &[u8]) -> Vec<Vec<u8>> {
-    let mut files = Vec::new();
-    let mut word = Vec::new();
-    let mut in_targets = true;
-    let mut i = 0;
-    let flush = |word: &mut Vec<u8>, files: &mut Vec<Vec<u8>>, in_targets: bool| {
-        if !word.is_empty() && !in_targets {
-            files.push(std::mem::take(word));
-        }
-        word.clear();
-    };
-    while i < text.len() {
-        let c = text[i];
-        match c {
-            b'\\' if text.get(i + 1) == Some(&b'\n') => {
-                flush(&mut word, &mut files, in_targets);
-                i += 2;
-                continue;
-            }
-            b'\\' if matches!(text.get(i + 1), Some(b' ' | b'#' | b'\\')) => {
-                word.push(text[i + 1]);
-                i += 2;
-                continue;
-            }
-            b'$' if text.get(i + 1) == Some(&b'$') => {
-                word.push(b'$');
-                i += 2;
-                continue;
-            }
-            b':' if in_targets && matches!(text.get(i + 1), None | Some(b' ' | b'\t' | b'\n' | b'\\')) => {
-                word.clear();
-                in_targets = false;
-            }
-            b' ' | b'\t' => flush(&mut word, &mut files, in_targets),
-            b'\n' => {
-                flush(&mut word, &mut files, in_targets);
-                if !in_targets {
-                    break;
-                }
-            }
-            _ => word.push(c),
-        }
-        i += 1;
-    }
-    flush(&mut word, &mut files, in_targets);
-    files
-}
-
 /// How a local compile tells what it read.
 enum Listing {
-    /// The command's own dependency file.
-    Own(std::path::PathBuf),
+    /// The command's own dependency file; `true`: it leaves system headers out.
+    Own(std::path::PathBuf, bool),
     /// A temporary one of ours.
     Ours(tempfile::TempPath),
 }
@@ -147,8 +98,7 @@ pub fn compile_recording(
     mut session: Session,
 ) -> i32 {
     let listing = match (&plan.direct.dep_file, plan.direct.deps_user_only) {
-        (Some(_), true) => None,
-        (Some(own), false) => Some(Listing::Own(own.clone())),
+        (Some(own), user_only) => Some(Listing::Own(own.clone(), user_only)),
         (None, _) => tempfile::Builder::new()
             .prefix("ccroute-deps-")
             .tempfile()
@@ -190,39 +140,19 @@ pub fn compile_recording(
 
 fn send_record(session: &mut Session, plan: &RemotePlan, listing: &Listing, stdout: Vec<u8>, stderr: Vec<u8>) {
     let Ok(object) = std::fs::read(&plan.output) else { return };
-    let (listed, deps) = match listing {
-        Listing::Own(p) => {
+    let (listed, deps, user_only) = match listing {
+        Listing::Own(p, user_only) => {
             let Ok(text) = std::fs::read(p) else { return };
-            (dep_files(&text), text)
+            (dep_files(&text), text, *user_only)
         }
         Listing::Ours(p) => {
             let Ok(text) = std::fs::read(p) else { return };
-            (dep_files(&text), Vec::new())
+            (dep_files(&text), Vec::new(), false)
         }
     };
     let parts = [Bytes::from(stdout), Bytes::from(stderr), Bytes::from(object), Bytes::from(deps)];
     let lens = parts.each_ref().map(|p| p.len() as u64);
     let payload = parts.concat();
     // Best effort: a record that does not arrive only costs a miss next time.
-    let _ = session.send(&WrapperMsg::Record(RecordHeader { files: listed, lens }), &payload);
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dependency_files_read_as_make_reads_them() {
-        let text = b"a.o: a.c /usr/include/stdio.h \\\n sub\\ dir/x.h $$HOME/y.h \\\n  b.h\n\nb.h:\nx.h:\n";
-        let files: Vec<String> = dep_files(text).into_iter().map(|f| String::from_utf8(f).unwrap()).collect();
-        assert_eq!(files, ["a.c", "/usr/include/stdio.h", "sub dir/x.h", "$HOME/y.h", "b.h"]);
-        // Several targets, and a target named like a path with a colon inside.
-        let files = dep_files(b"a.o a.d: a.c\n");
-        assert_eq!(files, [b"a.c".to_vec()]);
-        assert_eq!(
-            dep_files(b"m.o: /usr/include/stdc-predef.h a.h"),
-            [b"/usr/include/stdc-predef.h".to_vec(), b"a.h".to_vec()]
-        );
-    }
+    let _ = session.send(&WrapperMsg::Record(RecordHeader { files: listed, user_only, lens }), &payload);
 }

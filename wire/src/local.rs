@@ -120,6 +120,9 @@ pub struct DirectJob {
 pub struct RecordHeader {
     /// Every file the compile read (from its dependency output), as named there.
     pub files: Vec<Vec<u8>>,
+    /// The dependency output left system headers out (`-MMD`): `files` is
+    /// not the whole list, which the consumerd then learns on its own.
+    pub user_only: bool,
     /// Lengths of stdout, stderr, object and dependency file, which follow back to back.
     pub lens: [u64; 4],
 }

@@ -36,6 +36,7 @@
 //! look up and record (the dispatcher).
 
 pub mod files;
+mod index;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -139,6 +140,8 @@ pub struct DirectCache {
     dirty: AtomicBool,
     counters: Counters,
     system_dirs: Mutex<HashMap<(PathBuf, bool), SystemDirs>>,
+    /// Units waiting for their whole list of files ([`index`]), once one came.
+    index_queue: Mutex<Option<flume::Sender<index::Task>>>,
 }
 
 /// A compiler's system include directories, for C or C++.
@@ -184,6 +187,7 @@ impl DirectCache {
             dirty: AtomicBool::new(false),
             counters: Counters::default(),
             system_dirs: Mutex::new(HashMap::new()),
+            index_queue: Mutex::new(None),
         };
         match store::load(&cache.dir.join(store::FILE_NAME), &cache.files) {
             Ok(Some(manifests)) => {
@@ -329,9 +333,9 @@ impl DirectCache {
         Some([found.stdout, found.stderr, object, deps])
     }
 
-    /// Records a successful compile of `job`: `files` are the files it read
-    /// as its dependency output or line markers name them (relative to the
-    /// working directory, or absolute; the input and names in `<>` are
+    /// Records a successful compile of `job`: `listed` are the files it
+    /// read as its dependency output or line markers name them (relative to
+    /// the working directory, or absolute; the input and names in `<>` are
     /// skipped), `parts` its stdout, stderr, object and dependency file.
     ///
     /// # Errors
@@ -344,7 +348,10 @@ impl DirectCache {
         parts: [Bytes; 4],
         system_dirs: &[PathBuf],
     ) -> Result<(), &'static str> {
-        let r = self.try_record(probe, job, listed, parts, system_dirs);
+        self.counted(self.try_record(probe, job, listed, Made::Parts(parts), system_dirs))
+    }
+
+    fn counted(&self, r: Result<(), &'static str>) -> Result<(), &'static str> {
         match r {
             Ok(()) => {
                 self.counters.recorded.fetch_add(1, Ordering::Relaxed);
@@ -354,12 +361,92 @@ impl DirectCache {
         r
     }
 
+    /// Records a compile whose dependency output left system headers out
+    /// (`-MMD`): the result is stored now, and the whole list is asked of the
+    /// compiler later, at idle priority, one unit at a time ([`index`]), so
+    /// that the build does not wait for it; the entry is made then, if
+    /// nothing the unit read changed meanwhile.
+    pub fn record_later(
+        self: &Arc<Self>,
+        compiler: &Path,
+        probe: Probe,
+        job: Arc<DirectJob>,
+        listed: Vec<Vec<u8>>,
+        parts: [Bytes; 4],
+    ) {
+        let mut h = blake3::Hasher::new();
+        put(&mut h, b"ccroute direct result, indexed later v1");
+        h.update(&probe.key);
+        for p in &parts {
+            put(&mut h, p);
+        }
+        let key = *h.finalize().as_bytes();
+        if let Err(why) = self.store(&key, &job, parts) {
+            self.refused(why);
+            return;
+        }
+        let sender = {
+            let mut queue = self.index_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.get_or_insert_with(|| index::start(Arc::downgrade(self))).clone()
+        };
+        let task = index::Task { compiler: compiler.to_owned(), probe, job, listed, stored: key };
+        if sender.try_send(task).is_err() {
+            self.refused("too many units wait to be indexed");
+        }
+    }
+
+    /// Makes the entry of a unit recorded with [`Self::record_later`], from
+    /// the whole list of files the compiler says it reads.
+    fn finish_later(&self, task: &index::Task, full: &[Vec<u8>], system_dirs: &[PathBuf]) -> Result<(), &'static str> {
+        let cwd = os(&task.job.cwd);
+        let whole: std::collections::HashSet<PathBuf> = full.iter().map(|f| normalize(cwd, os(f))).collect();
+        // What the compile itself listed must be in the later list: a header
+        // that moved on the include path meanwhile would not be.
+        let own: std::collections::HashSet<PathBuf> =
+            task.listed.iter().filter(|f| !f.starts_with(b"<")).map(|f| normalize(cwd, os(f))).collect();
+        if !own.iter().all(|f| whole.contains(f)) {
+            return Err("a file it read moved before it was indexed");
+        }
+        // The system headers the compile's list left out: one deleted since
+        // the compile (another found in its place) shows only in its
+        // directory's stamp. (Directories of the project's own headers are
+        // not asked: a build writes its objects there.)
+        let started = i64::try_from(task.job.started_ns).unwrap_or(i64::MAX);
+        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let dirs: std::collections::HashSet<&Path> = whole.difference(&own).filter_map(|p| p.parent()).collect();
+        if dirs.into_iter().any(|d| dir_changed(d, &changed_after)) {
+            return Err("a system header moved before it was indexed");
+        }
+        self.try_record(&task.probe, &task.job, full, Made::Stored(task.stored), system_dirs)
+    }
+
+    fn store(&self, key: &[u8; 32], job: &DirectJob, parts: [Bytes; 4]) -> Result<(), &'static str> {
+        let [stdout, stderr, object, deps] = parts;
+        if job.dep_file.is_some() && deps.is_empty() {
+            return Err("the dependency file is missing");
+        }
+        let packed = pack(&object, if job.dep_file.is_some() { &deps } else { &[] });
+        let stored = CachedResult {
+            exit_status: 0,
+            stdout,
+            stderr,
+            cpu_time_us: 0,
+            payload: PayloadInfo {
+                len: packed.len() as u64,
+                raw_len: packed.len() as u64,
+                compression: Compression::None,
+            },
+            object: packed,
+        };
+        self.tier.put(&CacheKey(*key), &stored).map_err(|_| "the local tier cannot store it")
+    }
+
     fn try_record(
         &self,
         probe: &Probe,
         job: &DirectJob,
         listed: &[Vec<u8>],
-        parts: [Bytes; 4],
+        made: Made,
         system_dirs: &[PathBuf],
     ) -> Result<(), &'static str> {
         let cwd = os(&job.cwd);
@@ -397,7 +484,7 @@ impl DirectCache {
         let day = marks.has(Marks::DATE).then(today);
         let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
         let input_dir = input.parent().map(Path::to_owned).unwrap_or_default();
-        let gone = shadow_candidates(&self.files, now, &read, &input_dir, &include_dirs, system_dirs);
+        let gone = shadow_candidates(&self.files, now, &read, &input_dir, &include_dirs, system_dirs, &changed_after)?;
         if gone.len() > MAX_ABSENT {
             return Err("too many include directories to watch");
         }
@@ -415,26 +502,14 @@ impl DirectCache {
             put(&mut h, p.as_os_str().as_bytes());
         }
         put(&mut h, day.as_deref().unwrap_or("").as_bytes());
-        let result = *h.finalize().as_bytes();
-
-        let [stdout, stderr, object, deps] = parts;
-        if job.dep_file.is_some() && deps.is_empty() {
-            return Err("the dependency file is missing");
-        }
-        let packed = pack(&object, if job.dep_file.is_some() { &deps } else { &[] });
-        let stored = CachedResult {
-            exit_status: 0,
-            stdout,
-            stderr,
-            cpu_time_us: 0,
-            payload: PayloadInfo {
-                len: packed.len() as u64,
-                raw_len: packed.len() as u64,
-                compression: Compression::None,
-            },
-            object: packed,
+        let result = match made {
+            Made::Parts(parts) => {
+                let result = *h.finalize().as_bytes();
+                self.store(&result, job, parts)?;
+                result
+            }
+            Made::Stored(key) => key,
         };
-        self.tier.put(&CacheKey(result), &stored).map_err(|_| "the local tier cannot store it")?;
 
         let entry = Entry {
             files: read.iter().map(|(p, d)| (self.files.intern(p), *d)).collect(),
@@ -523,6 +598,24 @@ impl DirectCache {
     }
 }
 
+/// What a record files its entry under.
+enum Made {
+    /// The compile's stdout, stderr, object and dependency file, to store.
+    Parts([Bytes; 4]),
+    /// Stored already, under this key.
+    Stored([u8; 32]),
+}
+
+/// Whether directory `dir` changed (an entry added, removed or renamed) in
+/// a way `changed_after` sees; a directory that is gone has changed.
+fn dir_changed(dir: &Path, changed_after: &dyn Fn(i64) -> bool) -> bool {
+    std::fs::metadata(dir).map_or(true, |m| {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+        changed_after(ns(m.mtime(), m.mtime_nsec())) || changed_after(ns(m.ctime(), m.ctime_nsec()))
+    })
+}
+
 /// A local-tier object: the object's length (u64 LE), the object, then the
 /// dependency file.
 fn pack(object: &[u8], deps: &[u8]) -> Bytes {
@@ -572,7 +665,8 @@ pub fn shadow_candidates(
     input_dir: &Path,
     include_dirs: &[PathBuf],
     system_dirs: &[PathBuf],
-) -> Vec<(PathBuf, PathBuf)> {
+    changed_after: &dyn Fn(i64) -> bool,
+) -> Result<Vec<(PathBuf, PathBuf)>, &'static str> {
     let chain: Vec<&PathBuf> = include_dirs.iter().chain(system_dirs).collect();
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -584,13 +678,23 @@ pub fn shadow_candidates(
             }
             for dir in std::iter::once(input_dir).chain(chain[..k].iter().map(|d| d.as_path())) {
                 let p = dir.join(name);
-                if p != *file && seen.insert(p.clone()) && files.absent_under(dir, &p, now, &mut view) {
+                if p == *file || !seen.insert(p.clone()) {
+                    continue;
+                }
+                if files.absent_under(dir, &p, now, &mut view) {
                     out.push((dir.to_owned(), p));
+                } else if std::fs::metadata(&p).map_or(true, |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    changed_after(m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()))
+                }) {
+                    // Made while the compile ran: it may be what the compile
+                    // should have read, and no absence can be recorded for it.
+                    return Err("a header appeared while it compiled");
                 }
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// `compiler -E -v -x c /dev/null`: the directories between "#include <...>
@@ -616,6 +720,25 @@ fn ask_system_dirs(compiler: &Path, cxx: bool) -> Vec<PathBuf> {
         }
     }
     dirs
+}
+
+/// Whether the unit is C++ (its system include directories differ).
+pub fn is_cxx(job: &DirectJob) -> bool {
+    let mut x = None;
+    let mut args = job.args.iter();
+    while let Some(a) = args.next() {
+        if a == b"-x" {
+            x = args.next().map(|v| v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
+        } else if let Some(v) = a.strip_prefix(b"-x") {
+            x = Some(v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
+        }
+    }
+    x.unwrap_or_else(|| {
+        matches!(
+            crate::cc::lang::language_of_path(OsStr::from_bytes(&job.input)),
+            Some(crate::cc::Language::Cxx | crate::cc::Language::ObjCxx | crate::cc::Language::CxxHeader)
+        )
+    })
 }
 
 /// Today in the local time zone, as `__DATE__` changes with it.

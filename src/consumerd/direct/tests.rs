@@ -51,17 +51,27 @@ fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
     std::fs::write(d("sys/z.h"), "").unwrap();
     let read = vec![(d("inc2/x.h"), [0; 32]), (d("sys/z.h"), [0; 32]), (d("src/local.h"), [0; 32])];
     let files = Files::default();
-    let got: Vec<PathBuf> = shadow_candidates(&files, now_ns(), &read, &d("src"), &[d("inc1"), d("inc2")], &[d("sys")])
-        .into_iter()
-        .map(|(_, p)| p)
-        .collect();
-    assert_eq!(got, vec![d("src/x.h"), d("inc1/x.h"), d("src/z.h"), d("inc1/z.h"), d("inc2/z.h")]);
-    // A file under two chain directories splits both ways.
-    let both = vec![(t.path().join("inc2/x.h"), [0; 32])];
     let got: Vec<PathBuf> =
-        shadow_candidates(&files, now_ns(), &both, &d("src"), &[t.path().to_owned(), d("inc1"), d("inc2")], &[])
+        shadow_candidates(&files, now_ns(), &read, &d("src"), &[d("inc1"), d("inc2")], &[d("sys")], &|_| false)
+            .unwrap()
             .into_iter()
             .map(|(_, p)| p)
             .collect();
+    assert_eq!(got, vec![d("src/x.h"), d("inc1/x.h"), d("src/z.h"), d("inc1/z.h"), d("inc2/z.h")]);
+    // A file under two chain directories splits both ways.
+    let both = vec![(t.path().join("inc2/x.h"), [0; 32])];
+    let got: Vec<PathBuf> = shadow_candidates(
+        &files,
+        now_ns(),
+        &both,
+        &d("src"),
+        &[t.path().to_owned(), d("inc1"), d("inc2")],
+        &[],
+        &|_| false,
+    )
+    .unwrap()
+    .into_iter()
+    .map(|(_, p)| p)
+    .collect();
     assert_eq!(got, vec![d("src/inc2/x.h"), d("src/x.h"), t.path().join("x.h"), d("inc1/x.h")]);
 }
