@@ -17,7 +17,6 @@
 //! Main items: [`Files`], [`Digested`], [`Marks`], [`Absence`], [`normalize`].
 //! Left out: what the digests are for (`super`).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -25,6 +24,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// How old a file's stamp must be for its digest to be remembered.
 pub const TRUST_AGE: Duration = Duration::from_secs(2);
@@ -114,15 +115,18 @@ pub struct Remembered {
 #[derive(Debug, Default)]
 pub struct Files {
     paths: Mutex<Interner>,
-    digests: Mutex<HashMap<(u64, u64), Remembered>>,
-    listings: Mutex<HashMap<PathBuf, Listing>>,
+    digests: Mutex<FxHashMap<(u64, u64), Remembered>>,
+    listings: Mutex<FxHashMap<Box<[u8]>, Listing>>,
 }
+
+/// A directory's entry names.
+type Names = Arc<FxHashSet<Box<[u8]>>>;
 
 /// A remembered directory listing.
 #[derive(Debug, Clone)]
 struct Listing {
     stamp: DirStamp,
-    names: Arc<std::collections::HashSet<std::ffi::OsString>>,
+    names: Names,
 }
 
 /// What identifies a directory's version.
@@ -137,7 +141,7 @@ struct DirStamp {
 /// One lookup's view of directories: each is asked about once.
 #[derive(Debug, Default)]
 pub struct Absence {
-    seen: HashMap<PathBuf, DirView>,
+    seen: FxHashMap<Box<[u8]>, DirView>,
 }
 
 /// What a lookup knows of one directory.
@@ -146,7 +150,7 @@ enum DirView {
     /// Not a directory now.
     Missing,
     /// Its entries, from a listing that can be trusted.
-    Listed(Arc<std::collections::HashSet<std::ffi::OsString>>),
+    Listed(Names),
     /// Changed too recently to trust a listing: ask for each path.
     Young,
 }
@@ -155,7 +159,7 @@ enum DirView {
 #[derive(Debug, Default)]
 pub struct Interner {
     by_id: Vec<Arc<[u8]>>,
-    ids: HashMap<Arc<[u8]>, u32>,
+    ids: FxHashMap<Arc<[u8]>, u32>,
 }
 
 impl Interner {
@@ -203,7 +207,7 @@ impl Files {
     }
 
     /// The remembered digests (held briefly).
-    pub fn digests(&self) -> MutexGuard<'_, HashMap<(u64, u64), Remembered>> {
+    pub fn digests(&self) -> MutexGuard<'_, FxHashMap<(u64, u64), Remembered>> {
         self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -263,8 +267,9 @@ impl Files {
     /// What is known of directory `dir` now: from memory when its stamp is
     /// unchanged and old enough, else from a listing (kept when the stamp is
     /// old enough), else nothing.
-    fn view(&self, dir: &Path, now_ns: i64) -> DirView {
-        let Some(meta) = std::fs::metadata(dir).ok().filter(std::fs::Metadata::is_dir) else {
+    fn view(&self, dir: &[u8], now_ns: i64) -> DirView {
+        let path = Path::new(OsStr::from_bytes(dir));
+        let Some(meta) = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_dir) else {
             return DirView::Missing;
         };
         let stamp = DirStamp {
@@ -281,11 +286,11 @@ impl Files {
         if let Some(l) = lock().get(dir).filter(|l| l.stamp == stamp) {
             return DirView::Listed(l.names.clone());
         }
-        let Ok(list) = std::fs::read_dir(dir) else { return DirView::Young };
-        let names: std::collections::HashSet<std::ffi::OsString> =
-            list.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+        let Ok(list) = std::fs::read_dir(path) else { return DirView::Young };
+        let names: FxHashSet<Box<[u8]>> =
+            list.filter_map(|e| e.ok().map(|e| e.file_name().as_bytes().into())).collect();
         // The stamp after listing: an entry made meanwhile shows in it.
-        let unchanged = std::fs::metadata(dir).is_ok_and(|m| {
+        let unchanged = std::fs::metadata(path).is_ok_and(|m| {
             stamp_ns(m.mtime(), m.mtime_nsec()) == stamp.mtime_ns
                 && stamp_ns(m.ctime(), m.ctime_nsec()) == stamp.ctime_ns
         });
@@ -297,31 +302,37 @@ impl Files {
         if listings.len() >= MAX_LISTINGS {
             listings.clear();
         }
-        listings.insert(dir.to_owned(), Listing { stamp, names: names.clone() });
+        listings.insert(dir.into(), Listing { stamp, names: names.clone() });
         DirView::Listed(names)
     }
 
     /// Whether nothing is at `path` now (the preprocessor would not find a
     /// file there), walking down from its first directory `base` — `path`
-    /// must be under it — through remembered listings.
-    pub fn absent_under(&self, base: &Path, path: &Path, now_ns: i64, view: &mut Absence) -> bool {
-        let Ok(rest) = path.strip_prefix(base) else { return absent(path) };
-        let mut dir = base.to_owned();
-        for c in rest.components() {
-            let Component::Normal(name) = c else { return absent(path) };
-            let known = match view.seen.get(&dir) {
+    /// must be under it — through remembered listings. Paths are bytes,
+    /// absolute and normalized ([`normalize`]).
+    pub fn absent_under(&self, base: &[u8], path: &[u8], now_ns: i64, view: &mut Absence) -> bool {
+        let whole = || absent(Path::new(OsStr::from_bytes(path)));
+        let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix(b"/")) else { return whole() };
+        // `dir_end`: where the directory being asked about ends in `path`.
+        let mut dir_end = base.len();
+        for name in rest.split(|b| *b == b'/') {
+            if name.is_empty() || name == b"." || name == b".." {
+                return whole();
+            }
+            let dir = &path[..dir_end];
+            let known = match view.seen.get(dir) {
                 Some(v) => v.clone(),
                 None => {
-                    let v = self.view(&dir, now_ns);
-                    view.seen.insert(dir.clone(), v.clone());
+                    let v = self.view(dir, now_ns);
+                    view.seen.insert(dir.into(), v.clone());
                     v
                 }
             };
             match known {
                 DirView::Missing => return true,
-                DirView::Young => return absent(path),
+                DirView::Young => return whole(),
                 DirView::Listed(names) if !names.contains(name) => return true,
-                DirView::Listed(_) => dir.push(name),
+                DirView::Listed(_) => dir_end += 1 + name.len(),
             }
         }
         false
@@ -399,6 +410,9 @@ mod tests {
 
     #[test]
     fn absence_comes_from_listings_that_a_new_entry_invalidates() {
+        fn b(p: &Path) -> &[u8] {
+            p.as_os_str().as_bytes()
+        }
         let t = tempfile::tempdir().unwrap();
         let inc = t.path().join("inc");
         std::fs::create_dir_all(inc.join("sys")).unwrap();
@@ -408,15 +422,15 @@ mod tests {
         let now = stamp_ns(std::time::UNIX_EPOCH.elapsed().unwrap().as_secs() as i64, 0);
         for when in [now, later] {
             let mut view = Absence::default();
-            assert!(files.absent_under(&inc, &inc.join("sys/b.h"), when, &mut view));
-            assert!(files.absent_under(&inc, &inc.join("none/b.h"), when, &mut view));
-            assert!(!files.absent_under(&inc, &inc.join("sys/a.h"), when, &mut view));
+            assert!(files.absent_under(b(&inc), b(&inc.join("sys/b.h")), when, &mut view));
+            assert!(files.absent_under(b(&inc), b(&inc.join("none/b.h")), when, &mut view));
+            assert!(!files.absent_under(b(&inc), b(&inc.join("sys/a.h")), when, &mut view));
         }
         assert_eq!(files.listings.lock().unwrap().len(), 2, "old enough listings are kept");
         std::fs::write(inc.join("sys/b.h"), "").unwrap();
-        assert!(!files.absent_under(&inc, &inc.join("sys/b.h"), later, &mut Absence::default()));
+        assert!(!files.absent_under(b(&inc), b(&inc.join("sys/b.h")), later, &mut Absence::default()));
         std::fs::create_dir(inc.join("none")).unwrap();
         std::fs::write(inc.join("none/b.h"), "").unwrap();
-        assert!(!files.absent_under(&inc, &inc.join("none/b.h"), later, &mut Absence::default()));
+        assert!(!files.absent_under(b(&inc), b(&inc.join("none/b.h")), later, &mut Absence::default()));
     }
 }

@@ -304,9 +304,9 @@ impl DirectCache {
     /// Every file has its digest and every absent path is absent; else the
     /// first path that differs.
     fn still_holds(&self, entry: &Entry, now: i64) -> Result<(), PathBuf> {
-        let (files, gone): (Vec<(PathBuf, [u8; 32])>, Vec<(PathBuf, PathBuf)>) = {
+        let (files, gone) = {
             let paths = self.files.paths();
-            let path = |id: u32| paths.path(id).map(|p| PathBuf::from(OsStr::from_bytes(p)));
+            let path = |id: u32| paths.path(id).cloned();
             let files = entry.files.iter().map(|(id, d)| path(*id).map(|p| (p, *d))).collect::<Option<Vec<_>>>();
             let gone = entry.absent.iter().map(|(d, p)| path(*d).zip(path(*p))).collect::<Option<Vec<_>>>();
             match (files, gone) {
@@ -314,12 +314,14 @@ impl DirectCache {
                 _ => return Err(PathBuf::from("<a path the cache forgot>")),
             }
         };
-        if let Some((p, _)) = files.iter().find(|(p, d)| !self.files.digest(p, now).is_ok_and(|got| got.digest == *d)) {
-            return Err(p.clone());
+        if let Some((p, _)) =
+            files.iter().find(|(p, d)| !self.files.digest(os(p), now).is_ok_and(|got| got.digest == *d))
+        {
+            return Err(os(p).to_owned());
         }
         let mut view = Absence::default();
-        match gone.into_iter().find(|(d, p)| !self.files.absent_under(d, p, now, &mut view)) {
-            Some((_, p)) => Err(p),
+        match gone.iter().find(|(d, p)| !self.files.absent_under(d, p, now, &mut view)) {
+            Some((_, p)) => Err(os(p).to_owned()),
             None => Ok(()),
         }
     }
@@ -681,7 +683,7 @@ pub fn shadow_candidates(
                 if p == *file || !seen.insert(p.clone()) {
                     continue;
                 }
-                if files.absent_under(dir, &p, now, &mut view) {
+                if files.absent_under(dir.as_os_str().as_bytes(), p.as_os_str().as_bytes(), now, &mut view) {
                     out.push((dir.to_owned(), p));
                 } else if std::fs::metadata(&p).map_or(true, |m| {
                     use std::os::unix::fs::MetadataExt;
