@@ -311,6 +311,8 @@ async fn ccroute_build(
     let mut config = ConsumerdConfig::new(SocketPath::explicit(socket));
     config.local_slots = online_cpus();
     config.prefer_remote = prefer_remote;
+    // This bench measures the remote path: no direct-mode cache answers it.
+    config.cache_dir = None;
     let stop = CancellationToken::new();
     let daemon = Consumerd::bind(config)?;
     let socket = daemon.socket_path().to_path_buf();

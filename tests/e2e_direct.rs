@@ -311,7 +311,8 @@ fn a_corrupt_manifest_file_is_ignored_and_a_restart_keeps_the_cache_warm() {
 #[test]
 fn a_remote_compile_is_recorded_and_then_answered_before_any_slot() {
     let mut c = Cluster::new();
-    c.start_scheduler(&["--no-cache"]);
+    let shared = c.dir.path().join("shared-cache").display().to_string();
+    c.start_scheduler(&["--cache-dir", &shared]);
     c.start_agent(&[]);
     c.start_consumerd(1, true);
     c.wait_ready(1);
@@ -326,6 +327,12 @@ fn a_remote_compile_is_recorded_and_then_answered_before_any_slot() {
     k.prime(&args, &["m.o", "m.d"]);
     let s = k.stats();
     assert!(s["counters"]["remote"].as_u64() >= Some(1), "went through the agent: {s}");
+    // With this user's tiers emptied, the scheduler's shared cache answers
+    // it after a preprocessing here, and `stats` says so.
+    let out = k.c.command(ccroute()).args(["cache", "clear"]).output().unwrap();
+    assert!(out.status.success());
+    k.assert_miss(&args, &["m.o", "m.d"]);
+    assert_eq!(k.counter("preprocessed_hit"), 1, "{}", k.stats());
     k.write("conf.h", "#define VALUE 2\n");
     k.assert_miss(&args, &["m.o", "m.d"]);
 }

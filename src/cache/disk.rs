@@ -440,8 +440,16 @@ impl Drop for ReleaseOnDrop<'_> {
 /// Writes `parts` to a temp file beside `path` and renames it into place.
 fn write_atomically(path: &Path, parts: &[&[u8]]) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| io::Error::other("entry path has no parent"))?;
-    fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new().prefix(&format!("{TEMP_PREFIX}{}-", std::process::id())).tempfile_in(dir)?;
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    let temp = || tempfile::Builder::new().prefix(&prefix).tempfile_in(dir);
+    // The shard directory exists but for the first entry in it: make it only then.
+    let mut tmp = match temp() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir)?;
+            temp()?
+        }
+        other => other?,
+    };
     for part in parts {
         tmp.write_all(part)?;
     }

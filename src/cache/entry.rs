@@ -30,7 +30,7 @@ use thiserror::Error;
 /// First bytes of every entry.
 pub const MAGIC: [u8; 4] = *b"ccrc";
 /// The format this module writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const CHECKSUM_AT: usize = MAGIC.len() + 4;
 const KEY_AT: usize = CHECKSUM_AT + 32;
@@ -112,6 +112,7 @@ impl CachedResult {
             stderr: self.stderr.clone(),
             cpu_time_us: self.cpu_time_us,
             payload: self.payload,
+            cached: true,
         }
     }
 
@@ -301,6 +302,6 @@ pub(crate) mod tests {
         let mut bytes = sample(1, 8).encode(&key(1)).to_vec();
         bytes[4] = 9;
         let err = CachedResult::decode(&key(1), Bytes::from(bytes)).unwrap_err();
-        assert_eq!(err, EntryError::Corrupt("format version 9, expected 1".into()));
+        assert_eq!(err, EntryError::Corrupt(format!("format version 9, expected {FORMAT_VERSION}")));
     }
 }

@@ -97,6 +97,7 @@ pub fn render(r: &CacheReport, cleared: bool) -> String {
         let _ = writeln!(out, "  not cached: {k}: {v}");
     }
     let _ = writeln!(out, "compiles since the consumerd started");
+    let _ = writeln!(out, "  preprocessed hits (scheduler's cache) {:>4}", get(&r.counters, "preprocessed_hit"));
     let _ = writeln!(out, "  remote (agent or scheduler's cache) {:>6}", get(&r.counters, "remote"));
     let _ = writeln!(out, "  local                               {:>6}", get(&r.counters, "local"));
     let _ = writeln!(out, "  fell back to local                  {:>6}", get(&r.counters, "fallback"));

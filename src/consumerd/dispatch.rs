@@ -311,7 +311,12 @@ impl Dispatcher {
     /// The dispatcher's own counters, for a report.
     fn counters(&self) -> Vec<(String, u64)> {
         let s = self.stats.snapshot();
-        vec![("remote".into(), s.remote), ("local".into(), s.local), ("fallback".into(), s.fallbacks)]
+        vec![
+            ("preprocessed_hit".into(), s.preprocessed_hits),
+            ("remote".into(), s.remote),
+            ("local".into(), s.local),
+            ("fallback".into(), s.fallbacks),
+        ]
     }
 
     fn on_job(&mut self, id: ConnId, job: Job) {
@@ -510,6 +515,9 @@ impl Dispatcher {
                 conn.state = ConnState::Answered;
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
+                if compiled.cached {
+                    bump(&self.stats.preprocessed_hits);
+                }
                 let (status, parts) = (compiled.exit_status, compiled.parts);
                 if let (0, Some(probe), Some(job), Some((listed, deps)), Some(cache)) =
                     (status, conn.probe.take(), conn.direct.clone(), conn.read.take(), self.direct.clone())

@@ -217,11 +217,11 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, RemoteEr
         Outcome::Success => {
             let object = payload::decompress(&header.payload, object, MAX_OBJECT).map_err(RemoteError::BadObject)?;
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) };
-            Ok(Compiled { exit_status: 0, parts })
+            Ok(Compiled { exit_status: 0, parts, cached: header.cached })
         }
         Outcome::CompileFailed => {
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::new() };
-            Ok(Compiled { exit_status: header.exit_status, parts })
+            Ok(Compiled { exit_status: header.exit_status, parts, cached: header.cached })
         }
         Outcome::InternalError(why) => Err(RemoteError::Agent(why)),
         Outcome::Defunct => Err(RemoteError::AgentLost),

@@ -68,6 +68,8 @@ pub struct Compiled {
     /// Its output (stderr with warnings, as a local compile would print
     /// it) and the object (empty unless `exit_status` is 0).
     pub parts: CompiledParts,
+    /// The scheduler's result cache answered it.
+    pub cached: bool,
 }
 
 /// The remote side of a consumerd, as its local side sees it.
@@ -235,6 +237,7 @@ pub struct Stats {
     peak_local: AtomicU64,
     peak_remote: AtomicU64,
     direct_hits: AtomicU64,
+    preprocessed_hits: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -260,6 +263,8 @@ pub struct StatsSnapshot {
     pub peak_remote: u64,
     /// Compiles answered by the direct-mode cache.
     pub direct_hits: u64,
+    /// Remote compiles the scheduler's cache answered (after preprocessing here).
+    pub preprocessed_hits: u64,
 }
 
 impl Stats {
@@ -278,6 +283,7 @@ impl Stats {
             peak_local: get(&self.peak_local),
             peak_remote: get(&self.peak_remote),
             direct_hits: get(&self.direct_hits),
+            preprocessed_hits: get(&self.preprocessed_hits),
         }
     }
 }

@@ -68,6 +68,7 @@ fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, RemoteError> {
             stderr: cmd.rewrite_output(&out.stderr).into(),
             object: object.into(),
         },
+        cached: false,
     })
 }
 
@@ -91,6 +92,10 @@ impl Running {
     ) -> Running {
         let mut config = Config::new(SocketPath::explicit(socket));
         config.local_slots = local_slots;
+        // These tests are about slots and the remote path; the direct-mode
+        // cache has its own (tests/e2e_direct.rs), and none writes to the
+        // user's cache directory.
+        config.cache_dir = None;
         tweak(&mut config);
         let consumerd = Consumerd::bind(config).unwrap();
         let stats = consumerd.stats();
@@ -342,6 +347,7 @@ fn a_window_that_opens_sends_waiting_compiles_remote() {
 fn consumerd_child() {
     let Some(mode) = std::env::var_os(CHILD_MODE_ENV) else { return };
     let mut config = Config::new(SocketPath::from_env());
+    config.cache_dir = None;
     config.idle_exit = Duration::from_millis(500);
     config.local_slots = 1;
     let remote: Arc<dyn Remote> = match mode.to_str() {

@@ -229,6 +229,8 @@ impl Cluster {
             ("CCROUTE_SOCKET".into(), self.socket.display().to_string()),
             ("CCROUTE_TLS_DIR".into(), self.tls.display().to_string()),
             ("XDG_CONFIG_HOME".into(), self.dir.path().join("config").display().to_string()),
+            // A consumerd a wrapper starts keeps its cache here, never in the user's.
+            ("XDG_CACHE_HOME".into(), self.dir.path().join("cache-home").display().to_string()),
         ]
     }
 }

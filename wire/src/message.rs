@@ -233,6 +233,8 @@ pub struct ResultHeader {
     pub cpu_time_us: u64,
     /// The object that follows.
     pub payload: PayloadInfo,
+    /// The scheduler's result cache answered it (no agent compiled it now).
+    pub cached: bool,
 }
 
 impl ResultHeader {
@@ -246,6 +248,7 @@ impl ResultHeader {
             stderr: Bytes::new(),
             cpu_time_us: 0,
             payload: PayloadInfo::EMPTY,
+            cached: false,
         }
     }
 }

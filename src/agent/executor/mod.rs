@@ -383,6 +383,7 @@ impl Executor {
             stderr: Bytes::new(),
             cpu_time_us: 0,
             payload: info,
+            cached: false,
         };
         Ok(ExecResult { header, object: wire.into() })
     }
@@ -441,6 +442,7 @@ fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result
         stderr: cmd.rewrite_output(&f.stderr).into(),
         cpu_time_us: f.cpu_time_us,
         payload: PayloadInfo::EMPTY,
+        cached: false,
     };
     if code != 0 {
         return Ok(ExecResult { header, object: Bytes::new() });

@@ -669,23 +669,34 @@ pub fn shadow_candidates(
     system_dirs: &[PathBuf],
     changed_after: &dyn Fn(i64) -> bool,
 ) -> Result<Vec<(PathBuf, PathBuf)>, &'static str> {
-    let chain: Vec<&PathBuf> = include_dirs.iter().chain(system_dirs).collect();
+    fn bytes(p: &Path) -> &[u8] {
+        p.as_os_str().as_bytes()
+    }
+    let chain: Vec<&[u8]> = include_dirs.iter().chain(system_dirs).map(|d| bytes(d)).collect();
+    let input_dir = bytes(input_dir);
     let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen: rustc_hash::FxHashSet<Vec<u8>> = rustc_hash::FxHashSet::default();
     let mut view = Absence::default();
+    let mut p = Vec::with_capacity(256);
     for (file, _) in read {
-        for (k, name) in chain.iter().enumerate().filter_map(|(k, d)| file.strip_prefix(d).ok().map(|n| (k, n))) {
-            if name.as_os_str().is_empty() {
+        let file = bytes(file);
+        for (k, d) in chain.iter().enumerate() {
+            let Some(name) = file.strip_prefix(*d).and_then(|n| n.strip_prefix(b"/")) else { continue };
+            if name.is_empty() {
                 continue;
             }
-            for dir in std::iter::once(input_dir).chain(chain[..k].iter().map(|d| d.as_path())) {
-                let p = dir.join(name);
-                if p == *file || !seen.insert(p.clone()) {
+            for dir in std::iter::once(input_dir).chain(chain[..k].iter().copied()) {
+                p.clear();
+                p.extend_from_slice(dir);
+                p.push(b'/');
+                p.extend_from_slice(name);
+                if p == file || seen.contains(&p) {
                     continue;
                 }
-                if files.absent_under(dir.as_os_str().as_bytes(), p.as_os_str().as_bytes(), now, &mut view) {
-                    out.push((dir.to_owned(), p));
-                } else if std::fs::metadata(&p).map_or(true, |m| {
+                seen.insert(p.clone());
+                if files.absent_under(dir, &p, now, &mut view) {
+                    out.push((os(dir).to_owned(), os(&p).to_owned()));
+                } else if std::fs::metadata(os(&p)).map_or(true, |m| {
                     use std::os::unix::fs::MetadataExt;
                     changed_after(m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()))
                 }) {
