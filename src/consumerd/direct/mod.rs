@@ -65,9 +65,12 @@ pub const MAX_MANIFESTS: usize = 50_000;
 const MAX_ABSENT: usize = 20_000;
 
 /// A file whose stamp is this close to the compile's start (or later) may
-/// have changed while the compile read it: the kernel's file clock is
-/// coarse, and lags the wall clock by up to a tick.
-const CHANGED_MARGIN_NS: i64 = 100_000_000;
+/// have changed while the compile read it: the kernel stamps files from a
+/// coarse clock, which lags the wall clock by up to a tick (10 ms at the
+/// slowest common `HZ`, 100). A header generated just before the build
+/// (cmake's `config.h`) is usually older than this by the time its first
+/// compile starts.
+const CHANGED_MARGIN_NS: i64 = 20_000_000;
 
 /// Options that make the compile read a file its dependency output does not
 /// list (profiles, sanitizer lists, plugins, spec files): a unit with one is
