@@ -25,6 +25,11 @@
 //!   searched before the one each header was found in, where it was absent
 //!   (so a new header that would shadow it is a miss, which ccache does not
 //!   catch); store the result.
+//! - **Record later** ([`DirectCache::record_later`], [`index`]): a `-MMD`
+//!   compile that ran here listed no system headers; its result is stored
+//!   at once (under a key over the manifest key and the outputs) and its
+//!   entry made once a dependency-only run, at idle priority, has given the
+//!   whole list — if that list agrees with the compile's own.
 //! - **Persistence** ([`store`]): manifests and digests go to one file under
 //!   the cache directory, written atomically every few seconds while they
 //!   change and at shutdown; a corrupt one is ignored with a warning.
