@@ -41,7 +41,7 @@
 //! look up and record (the dispatcher).
 
 pub mod files;
-mod index;
+pub mod index;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
