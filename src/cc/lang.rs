@@ -34,6 +34,11 @@ pub enum Language {
 }
 
 impl Language {
+    /// Whether it is a C++ dialect (its system include directories are C++'s).
+    pub fn is_cxx(self) -> bool {
+        matches!(self, Language::Cxx | Language::PreprocessedCxx | Language::ObjCxx | Language::CxxHeader)
+    }
+
     /// Whether a remote compile may handle this language.
     pub fn is_remote_capable(self) -> bool {
         matches!(self, Language::C | Language::Cxx)

@@ -599,7 +599,7 @@ fn record(
     listed: &[Vec<u8>],
     parts: [Bytes; 4],
 ) {
-    let system = cache.system_dirs(compiler, super::direct::is_cxx(job));
+    let system = cache.system_dirs(compiler, job.cxx);
     if let Err(why) = cache.record(probe, job, listed, parts, &system) {
         debug!(why, "not recorded");
     }

@@ -62,6 +62,7 @@ pub fn direct_job(plan: &RemotePlan, args: &[OsString], cwd: &Path, colors: bool
         include_dirs: plan.direct.include_dirs.iter().map(|d| bytes(d)).collect(),
         env,
         colors,
+        cxx: plan.language.is_cxx(),
         started_ns: u64::try_from(started_ns).ok()?,
     })
 }

@@ -110,6 +110,8 @@ pub struct DirectJob {
     pub env: Vec<(String, Vec<u8>)>,
     /// The wrapper asks for colored diagnostics (its stderr is a terminal).
     pub colors: bool,
+    /// The input is C++ (its system include directories are C++'s).
+    pub cxx: bool,
     /// When the wrapper started, in nanoseconds since the Unix epoch: a file
     /// changed after this may have been read half old, half new.
     pub started_ns: u64,
@@ -389,6 +391,7 @@ mod tests {
                 include_dirs: vec![b"/w/inc".to_vec()],
                 env: vec![("CPATH".into(), b"/x".to_vec())],
                 colors: false,
+                cxx: false,
                 started_ns: 1,
             }),
             stay_local: None,

@@ -196,7 +196,8 @@ impl Interner {
     }
 }
 
-fn stamp_ns(secs: i64, nsec: i64) -> i64 {
+/// Nanoseconds since the epoch of a stamp given as seconds and nanoseconds.
+pub fn stamp_ns(secs: i64, nsec: i64) -> i64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 

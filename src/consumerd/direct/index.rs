@@ -53,7 +53,7 @@ pub fn start(cache: Weak<DirectCache>) -> flume::Sender<Task> {
         for task in rx.iter() {
             let Some(cache) = cache.upgrade() else { break };
             let result = whole_list(&task).and_then(|full| {
-                let system = cache.system_dirs(&task.compiler, super::is_cxx(&task.job));
+                let system = cache.system_dirs(&task.compiler, task.job.cxx);
                 cache.finish_later(&task, &full, &system)
             });
             if let Err(why) = cache.counted(result) {

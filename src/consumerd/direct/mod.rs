@@ -621,8 +621,8 @@ enum Made {
 fn dir_changed(dir: &Path, changed_after: &dyn Fn(i64) -> bool) -> bool {
     std::fs::metadata(dir).map_or(true, |m| {
         use std::os::unix::fs::MetadataExt;
-        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
-        changed_after(ns(m.mtime(), m.mtime_nsec())) || changed_after(ns(m.ctime(), m.ctime_nsec()))
+        changed_after(files::stamp_ns(m.mtime(), m.mtime_nsec()))
+            || changed_after(files::stamp_ns(m.ctime(), m.ctime_nsec()))
     })
 }
 
@@ -706,7 +706,7 @@ pub fn shadow_candidates(
                     out.push((os(dir).to_owned(), os(&p).to_owned()));
                 } else if std::fs::metadata(os(&p)).map_or(true, |m| {
                     use std::os::unix::fs::MetadataExt;
-                    changed_after(m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()))
+                    changed_after(files::stamp_ns(m.ctime(), m.ctime_nsec()))
                 }) {
                     // Made while the compile ran: it may be what the compile
                     // should have read, and no absence can be recorded for it.
@@ -741,25 +741,6 @@ fn ask_system_dirs(compiler: &Path, cxx: bool) -> Vec<PathBuf> {
         }
     }
     dirs
-}
-
-/// Whether the unit is C++ (its system include directories differ).
-pub fn is_cxx(job: &DirectJob) -> bool {
-    let mut x = None;
-    let mut args = job.args.iter();
-    while let Some(a) = args.next() {
-        if a == b"-x" {
-            x = args.next().map(|v| v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
-        } else if let Some(v) = a.strip_prefix(b"-x") {
-            x = Some(v.starts_with(b"c++") || v.starts_with(b"objective-c++"));
-        }
-    }
-    x.unwrap_or_else(|| {
-        matches!(
-            crate::cc::lang::language_of_path(OsStr::from_bytes(&job.input)),
-            Some(crate::cc::Language::Cxx | crate::cc::Language::ObjCxx | crate::cc::Language::CxxHeader)
-        )
-    })
 }
 
 /// Today in the local time zone, as `__DATE__` changes with it.
