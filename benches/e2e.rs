@@ -447,6 +447,7 @@ impl Jobs {
 
     fn job(&self, text: Bytes) -> RemoteJob {
         RemoteJob {
+            package: None,
             compiler: PathBuf::from("/usr/bin/ccroute-test"),
             toolchain: self.toolchain.clone(),
             spec: self.spec.clone(),

@@ -11,21 +11,22 @@
 //!   are one toolchain;
 //! - target from `-dumpmachine`, version from `-dumpversion` (clang: the
 //!   full `__clang_version__`), PIC/PIE defaults from `__PIC__` / `__PIE__`;
-//! - `binary_hash`: blake3 over the driver binary and, for GNU, the programs
-//!   that write the object (`cc1`, `cc1plus`, `as`), each tagged and
-//!   length-prefixed, so that two hosts share a toolchain only when they
-//!   would write the same bytes.
+//! - `binary_hash`: the id of its [`Package`]'s manifest — blake3 over every
+//!   file the compiler runs or loads (driver, `cc1`, `cc1plus`, `as`, their
+//!   libraries and the dynamic loader), so that two hosts share a toolchain
+//!   only when they would write the same bytes, and an agent that lacks it
+//!   can be sent exactly those files (module `package`).
 //!
 //! [`discover`] looks for drivers in `PATH` and in extra paths; [`ToolchainMemo`]
 //! answers "what is /usr/bin/gcc" for every compile and re-queries only when
 //! a file behind the answer changed. [`test_toolchain`] is the built-in no-op
 //! toolchain.
 //!
-//! Left out: clang's shared libraries (`libclang-cpp`) are not hashed, only
-//! its driver; response files, `-B` prefixes and `COMPILER_PATH` are not
+//! Left out: response files, `-B` prefixes and `COMPILER_PATH` are not
 //! honoured (the environment is cleared on purpose); failures are not cached.
 
 mod memo;
+mod package;
 mod probe;
 
 use std::collections::{BTreeMap, HashMap};
@@ -40,6 +41,7 @@ use std::time::Duration;
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 
 pub use self::memo::ToolchainMemo;
+pub use self::package::Package;
 use self::probe::Probe;
 
 /// How long one probe of a compiler may take before it is killed.
@@ -265,8 +267,10 @@ struct Queried {
     toolchain: Toolchain,
     /// The driver's stamp, looked up through the path as given.
     driver: FileStamp,
-    /// The other hashed binaries, by resolved path.
+    /// The other programs of its package, by physical path.
     others: Vec<(PathBuf, FileStamp)>,
+    /// Its files, for agents that do not have it.
+    package: Package,
 }
 
 /// Runs the compiler at `path` and returns its identity.
@@ -350,16 +354,7 @@ fn query_located(program: &Path, limit: Duration, memo: &DigestMemo) -> Result<Q
         }
     };
 
-    let mut parts = vec![("driver", resolved)];
-    if kind == ToolchainKind::Gnu {
-        for prog in ["cc1", "cc1plus", "as"] {
-            let out = probe.run(&[&format!("-print-prog-name={prog}")])?;
-            if let Some(found) = out.single_word().and_then(|p| find_program(&p)) {
-                parts.push((prog, found));
-            }
-        }
-    }
-    let Binaries { hash: binary_hash, mut stamps } = hash_binaries(&parts, memo)?;
+    let packaged = package::package(&resolved, kind, compiler, &probe, memo)?;
     let toolchain = Toolchain {
         kind,
         lang,
@@ -368,12 +363,12 @@ fn query_located(program: &Path, limit: Duration, memo: &DigestMemo) -> Result<Q
         version,
         pic_default: predefined(macros, "__PIC__").is_some(),
         pie_default: predefined(macros, "__PIE__").is_some(),
-        binary_hash,
+        binary_hash: packaged.package.manifest.id(),
     };
     // The cache checks the driver through the path as given, so that a
-    // retargeted symlink is noticed, and the others by resolved path.
-    let (_, driver) = stamps.remove(0);
-    Ok(Queried { toolchain, driver, others: stamps })
+    // retargeted symlink is noticed, and the other programs by physical path.
+    let driver = FileStamp::of(&meta);
+    Ok(Queried { toolchain, driver, others: packaged.programs, package: packaged.package })
 }
 
 /// The value of `#define name value` in `-dM` output (empty for a bare define).
@@ -383,43 +378,6 @@ fn predefined<'a>(macros: &'a str, name: &str) -> Option<&'a str> {
         let (n, value) = rest.split_once(' ').unwrap_or((rest, ""));
         (n == name).then_some(value)
     })
-}
-
-/// What `-print-prog-name` answered, as an existing file: a full path as is,
-/// a bare name (gcc's answer for `as` it did not find itself) from `PATH`.
-fn find_program(answer: &str) -> Option<PathBuf> {
-    let p = Path::new(answer);
-    let found = if p.is_absolute() { Some(p.to_owned()) } else { locate(p).ok() };
-    found.filter(|f| f.is_file()).and_then(|f| fs::canonicalize(f).ok())
-}
-
-/// The hash of a compiler's binaries and the stamps of the files hashed.
-#[derive(Debug)]
-struct Binaries {
-    hash: [u8; 32],
-    /// One per part, in order.
-    stamps: Vec<(PathBuf, FileStamp)>,
-}
-
-/// blake3 over every part as `tag ‖ size ‖ blake3(contents)`, each field
-/// length-prefixed.
-fn hash_binaries(parts: &[(&str, PathBuf)], memo: &DigestMemo) -> Result<Binaries, ToolchainError> {
-    let mut h = blake3::Hasher::new();
-    put(&mut h, b"ccroute toolchain binaries v1");
-    let mut stamps = Vec::with_capacity(parts.len());
-    for (tag, path) in parts {
-        let (stamp, digest) = memo.digest(path)?;
-        put(&mut h, tag.as_bytes());
-        put(&mut h, &stamp.size.to_le_bytes());
-        put(&mut h, &digest);
-        stamps.push((path.clone(), stamp));
-    }
-    Ok(Binaries { hash: *h.finalize().as_bytes(), stamps })
-}
-
-fn put(h: &mut blake3::Hasher, bytes: &[u8]) {
-    h.update(&(bytes.len() as u64).to_le_bytes());
-    h.update(bytes);
 }
 
 /// A compiler found by [`discover`].

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
+use super::shipped::{self, Sandbox, Shipping, Store};
 use crate::net::{self, Identity, NetError, TransportOptions};
 use crate::toolchain::{discover, test_toolchain};
 
@@ -48,6 +49,24 @@ pub struct AgentConfig {
     pub node_id: u128,
     /// This host's name.
     pub host_name: String,
+    /// Whether to run toolchains shipped to it (in a sandbox), and where
+    /// to keep them; `None` serves only installed compilers.
+    pub shipping: Option<StoreConfig>,
+}
+
+/// Where an agent keeps shipped toolchains.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The store's directory.
+    pub dir: PathBuf,
+    /// Its bound in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { dir: shipped::default_store_dir(), max_bytes: shipped::DEFAULT_MAX_BYTES }
+    }
 }
 
 impl AgentConfig {
@@ -68,6 +87,7 @@ impl AgentConfig {
             scratch_parent: crate::agent::executor::default_scratch_parent(),
             node_id: crate::net::random_id(),
             host_name: crate::host::host_name(),
+            shipping: Some(StoreConfig::default()),
         }
     }
 }
@@ -79,7 +99,10 @@ pub enum AgentError {
     #[error(transparent)]
     Executor(#[from] ExecutorError),
     /// Nothing to offer.
-    #[error("no compiler found to offer (looked in PATH and --compiler); nothing to do")]
+    #[error(
+        "no compiler found to offer (looked in PATH and --compiler) and no shipped toolchains can run here; \
+         nothing to do"
+    )]
     NoToolchains,
 }
 
@@ -89,7 +112,8 @@ pub enum AgentError {
 /// [`AgentError`] when it cannot start; connection trouble is retried, not returned.
 pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
     let (toolchains, paths) = offered(&config).await;
-    if toolchains.is_empty() {
+    let (shipping, shipping_state) = start_shipping(config.shipping.as_ref()).await;
+    if toolchains.is_empty() && shipping.is_none() {
         return Err(AgentError::NoToolchains);
     }
     for t in &toolchains {
@@ -99,6 +123,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         scratch_parent: config.scratch_parent.clone(),
         toolchains: paths,
         offer_test_toolchain: config.test_toolchain,
+        shipping,
         ..ExecutorConfig::default()
     })?);
     let mut sampler = CpuSampler::new();
@@ -106,7 +131,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     let mut last_error: Option<String> = None;
     while !shutdown.is_cancelled() {
         let started = Instant::now();
-        match connect(&config, &toolchains).await {
+        match connect(&config, &toolchains, &shipping_state).await {
             Ok((conn, writer, reader, limit)) => {
                 tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
                 last_error = None;
@@ -155,9 +180,38 @@ async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire:
     (toolchains, paths)
 }
 
+/// The sandbox and store, when shipping is asked for and works here; the
+/// state to announce either way.
+async fn start_shipping(config: Option<&StoreConfig>) -> (Option<Shipping>, ccroute_wire::Shipping) {
+    let Some(config) = config.cloned() else { return (None, ccroute_wire::Shipping::Off) };
+    let made = tokio::task::spawn_blocking(move || {
+        let sandbox = Sandbox::probe()?;
+        let store = Store::open(&config.dir, config.max_bytes)
+            .map_err(|e| format!("cannot open the toolchain store {}: {e}", config.dir.display()))?;
+        Ok::<_, String>(Shipping { sandbox, store })
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    match made {
+        Ok(shipping) => {
+            let what = shipping.sandbox.describe();
+            tracing::info!(sandbox = %what, "running shipped toolchains in a sandbox");
+            (Some(shipping), ccroute_wire::Shipping::Ready(what))
+        }
+        Err(why) => {
+            tracing::warn!(
+                reason = %why,
+                "cannot run shipped toolchains: serving only the compilers installed here (--no-shipping silences this)"
+            );
+            (None, ccroute_wire::Shipping::Unavailable(why))
+        }
+    }
+}
+
 async fn connect(
     config: &AgentConfig,
     toolchains: &[Toolchain],
+    shipping: &ccroute_wire::Shipping,
 ) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
     let body = HelloBody {
         role: Role::Agent,
@@ -166,6 +220,7 @@ async fn connect(
         system: net::system_info(),
         toolchains: toolchains.to_vec(),
         usage_limit: config.jobs,
+        shipping: shipping.clone(),
     };
     let (conn, writer, reader, welcome) =
         net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
@@ -235,7 +290,7 @@ async fn serve(
         };
         match frame.message {
             Message::Task(header) => {
-                let (id, tokio_id) = start(executor, &mut running, &mut compiles, header, frame.payload);
+                let (id, tokio_id) = start(conn, executor, &mut running, &mut compiles, header, frame.payload);
                 ids.insert(tokio_id, id);
             }
             Message::Cancel(c) => {
@@ -257,6 +312,7 @@ async fn serve(
 
 /// Starts one compile; returns its task id and its tokio task's.
 fn start(
+    conn: &quinn::Connection,
     executor: &Arc<Executor>,
     running: &mut HashMap<u64, CancellationToken>,
     compiles: &mut JoinSet<(ResultHeader, Bytes)>,
@@ -267,7 +323,13 @@ fn start(
     let token = CancellationToken::new();
     running.insert(id, token.clone());
     let executor = executor.clone();
-    let task = ExecTask { toolchain: header.toolchain, spec: header.spec, payload: header.payload, source };
+    let task = ExecTask {
+        toolchain: header.toolchain,
+        fetch: Some(conn.clone()),
+        spec: header.spec,
+        payload: header.payload,
+        source,
+    };
     let handle = compiles.spawn(async move {
         let result = executor.run(task, token).await;
         (result.header, result.object)

@@ -152,6 +152,18 @@ pub struct AgentArgs {
     /// $XDG_RUNTIME_DIR or /dev/shm where that is a tmpfs, else the temp dir).
     #[arg(long, env = "CCROUTE_SCRATCH_DIR")]
     pub scratch_dir: Option<PathBuf>,
+    /// Serve only the compilers installed here: no toolchains shipped by
+    /// consumerds, no sandbox.
+    #[arg(long)]
+    pub no_shipping: bool,
+    /// Where shipped toolchains are kept (default:
+    /// ~/.cache/ccroute/agent-store).
+    #[arg(long, env = "CCROUTE_STORE_DIR")]
+    pub store_dir: Option<PathBuf>,
+    /// The toolchain store's size cap, bytes (least recently used
+    /// toolchains no task holds are removed past it).
+    #[arg(long, default_value_t = crate::agent::shipped::DEFAULT_MAX_BYTES)]
+    pub store_size: u64,
 }
 
 /// `ccroute consumerd`.

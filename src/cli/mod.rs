@@ -226,6 +226,10 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
     if let Some(name) = a.name {
         config.host_name = name;
     }
+    config.shipping = (!a.no_shipping).then(|| crate::agent::daemon::StoreConfig {
+        dir: a.store_dir.unwrap_or_else(crate::agent::shipped::default_store_dir),
+        max_bytes: a.store_size,
+    });
     crate::agent::daemon::run(config, signals()).await?;
     Ok(())
 }

@@ -41,6 +41,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
             system: net::system_info(),
             toolchains: vec![],
             usage_limit: 0,
+            shipping: ccroute_wire::Shipping::Off,
         },
     };
     let (writer, mut reader, _) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;

@@ -430,7 +430,8 @@ impl Dispatcher {
             IdentityLookup::Ready(t) => t.clone(),
         };
         let Some((text, cacheable)) = source.take() else { return };
-        let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, spec: conn.spec.clone(), text, cacheable };
+        let package = self.toolchains.package(toolchain.key());
+        let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, package, spec: conn.spec.clone(), text, cacheable };
         let bytes = job.text.len();
         let compile = self.remote.compile(job);
         let limit = self.deadlines.for_unit(bytes);

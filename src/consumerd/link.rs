@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
+use super::supply::Supply;
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
@@ -83,6 +84,8 @@ struct Inner {
     /// Toolchains seen in jobs, announced to each new connection.
     toolchains: Mutex<Vec<Toolchain>>,
     announced: Mutex<HashSet<ToolchainKey>>,
+    /// Their packages, for agents that fetch them.
+    supply: Supply,
 }
 
 /// The link; cheap to clone.
@@ -113,6 +116,7 @@ impl Link {
             next_id: AtomicU64::new(1),
             toolchains: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
+            supply: Supply::default(),
         });
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
@@ -156,6 +160,9 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteEr
         return Err(RemoteError::NotConnected);
     };
     let toolchain = job.toolchain.key();
+    if let Some(package) = &job.package {
+        inner.supply.offer(&job.toolchain, package.clone());
+    }
     announce(&inner, &conn, &job.toolchain).await;
     let spec = codec::encode_spec(&job.spec);
     let text = job.text;
@@ -281,6 +288,7 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
         system: net::system_info(),
         toolchains,
         usage_limit: 0,
+        shipping: ccroute_wire::Shipping::Off,
     };
     let (conn, writer, reader, welcome) =
         net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
@@ -300,8 +308,20 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
         net::accept_frames(conn.conn.clone(), ccroute_wire::Limits { max_payload: MAX_OBJECT, ..Default::default() });
     let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
     let mut last_demand = u32::MAX;
+    let mut fetches = tokio::task::JoinSet::new();
     loop {
         let frame: Frame = tokio::select! {
+            // An agent fetching one of our toolchains, through the scheduler.
+            stream = conn.conn.accept_bi() => match stream {
+                Ok((send, recv)) => {
+                    let inner = inner.clone();
+                    let peer = conn.conn.remote_address();
+                    fetches.spawn(async move { inner.supply.serve(send, recv, peer).await });
+                    continue;
+                }
+                Err(_) => return,
+            },
+            Some(_) = fetches.join_next(), if !fetches.is_empty() => continue,
             next = reader.next() => match next {
                 Ok(Some(f)) => f,
                 Ok(None) => return,

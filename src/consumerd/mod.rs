@@ -21,6 +21,7 @@ pub mod direct;
 mod dispatch;
 pub mod ipc;
 pub mod link;
+mod supply;
 pub mod slots;
 
 use std::future::Future;
@@ -52,6 +53,8 @@ pub struct RemoteJob {
     pub compiler: PathBuf,
     /// Its identity ([`crate::toolchain::ToolchainMemo`]).
     pub toolchain: Arc<Toolchain>,
+    /// Its files, for agents that do not have it installed.
+    pub package: Option<Arc<crate::toolchain::Package>>,
     /// What the agent compiles with.
     pub spec: TaskSpec,
     /// The preprocessed text.

@@ -57,6 +57,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
             .map(|r| RouteStatus {
                 toolchain: r.toolchain,
                 description: r.description,
+                shipped_to: state.shipping.shipped_to(r.toolchain, &r.agents),
                 agents: r.agents,
                 consumerds: r.consumerds,
                 queued: r.queued as u64,
@@ -79,6 +80,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                     cpu_use: d.and_then(|d| d.cpu_use).unwrap_or(0.0) as f32,
                     throttled: d.and_then(|d| d.throttled).unwrap_or(0.0) as f32,
                     last_decision: d.map(|d| d.reason.clone()).unwrap_or_default(),
+                    shipping: state.shipping.agent_state(a.node_id),
                 }
             })
             .collect(),

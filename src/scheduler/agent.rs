@@ -28,7 +28,17 @@ const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
 /// Serves one agent until its connection ends.
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
-    let mut session = state.scheduler.connect_agent(peer_info(&hello), &hello.body.toolchains, hello.body.usage_limit);
+    let node = hello.body.node_id;
+    let arch = hello.body.system.arch.clone();
+    let native = hello.body.toolchains.clone();
+    // An agent that runs shipped toolchains serves every one a consumerd of
+    // its architecture supplies, re-attached as that set changes.
+    let ships = matches!(hello.body.shipping, ccroute_wire::Shipping::Ready(_));
+    let mut supplied = state.shipping.subscribe();
+    supplied.mark_unchanged();
+    let served = if ships { state.shipping.served_by(&arch, &native) } else { native.clone() };
+    state.shipping.set_agent(node, hello.body.shipping.clone(), &native);
+    let mut session = state.scheduler.connect_agent(peer_info(&hello), &served, hello.body.usage_limit);
     let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
     let (writer, reader) = match hs.welcome(welcome, &ServerState::control_stream()).await {
         Ok(x) => x,
@@ -60,6 +70,13 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
                 Some(Inbound::Frame { message, payload, ticket }) => {
                     let frame = Frame { message, payload: payload.unwrap_or_default() };
+                    if let Message::ToolchainUpdate(u) = &frame.message {
+                        if ships {
+                            session.set_toolchains(&state.shipping.served_by(&arch, &u.toolchains));
+                            state.shipping.set_agent(node, hello.body.shipping.clone(), &u.toolchains);
+                            continue;
+                        }
+                    }
                     if let Err(why) = on_frame(&mut session, frame, ticket) {
                         break Err(why);
                     }
@@ -79,10 +96,21 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     }
                 }
             }
+            Ok(()) = supplied.changed(), if ships => {
+                session.set_toolchains(&state.shipping.served_by(&arch, &native));
+            }
+            stream = conn.accept_bi() => match stream {
+                Ok((send, recv)) => {
+                    let state = state.clone();
+                    senders.spawn(async move { super::shipping::relay(&state.shipping, send, recv).await });
+                }
+                Err(_) => break Ok(()),
+            },
             Some(_) = senders.join_next(), if !senders.is_empty() => {}
             e = writer.failed() => break super::failure_outcome(e),
         }
     };
+    state.shipping.remove_agent(node);
     super::finish(&conn, "agent", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();

@@ -34,6 +34,9 @@ const LIMIT_CHECK: Duration = Duration::from_millis(100);
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
     let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
+    let node = hello.body.node_id;
+    let arch = hello.body.system.arch.clone();
+    state.shipping.set_supplier(node, &arch, &conn, &hello.body.toolchains);
     // Until the optimizer's next tick: an even share of the cluster (none
     // while it has no agent: every task would only come back to run locally).
     let share = scheduler.cluster_limit() / (scheduler.consumerds().len() as u32).max(1);
@@ -83,6 +86,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
                 Some(Inbound::Frame { message, payload: Some(payload), ticket }) => {
                     let frame = Frame { message, payload };
+                    if let Message::ToolchainUpdate(u) = &frame.message {
+                        state.shipping.set_supplier(node, &arch, &conn, &u.toolchains);
+                    }
                     if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
                         break Err(why);
                     }
@@ -120,6 +126,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             e = writer.failed() => break super::failure_outcome(e),
         }
     };
+    state.shipping.remove_supplier(node);
     super::finish(&conn, "consumerd", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();

@@ -27,6 +27,7 @@ pub mod consumerd;
 mod inbound;
 pub mod job;
 pub mod optimizer;
+mod shipping;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -118,6 +119,8 @@ pub(crate) struct ServerState {
     pub(crate) optimizer: Option<OptimizerThread>,
     pub(crate) cache: Option<CacheHook>,
     pub(crate) counters: ServerCounters,
+    /// Who supplies shipped toolchains and who runs them.
+    pub(crate) shipping: shipping::Shipping,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
 }
@@ -175,6 +178,7 @@ impl Server {
             optimizer,
             cache,
             counters: ServerCounters::default(),
+            shipping: shipping::Shipping::default(),
             shutdown,
         });
         Ok(Server { endpoint, state, max_connections: config.max_connections, grace: config.shutdown_grace })

@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ccroute_wire::Toolchain;
+use ccroute_wire::{Toolchain, ToolchainKey};
 
-use super::{locate, query_located, DigestMemo, FileStamp, ToolchainError, PROBE_TIME_LIMIT};
+use super::{locate, query_located, DigestMemo, FileStamp, Package, ToolchainError, PROBE_TIME_LIMIT};
 
 /// Toolchain identities by compiler path, re-queried only when a file they
-/// rest on (the driver as reached through the path, and for GNU `cc1`,
-/// `cc1plus`, `as`) changed device, inode, size or mtime.
+/// rest on (the driver as reached through the path, and the other programs
+/// and libraries of its package) changed device, inode, size or mtime.
 ///
 /// Locking: one mutex around the map, held only to look up or insert an
 /// entry, never while a compiler runs or a file is read or stat'ed.
@@ -32,6 +32,7 @@ pub struct ToolchainMemo {
 #[derive(Debug)]
 struct CacheEntry {
     toolchain: Arc<Toolchain>,
+    package: Arc<Package>,
     driver: FileStamp,
     others: Vec<(PathBuf, FileStamp)>,
 }
@@ -77,7 +78,12 @@ impl ToolchainMemo {
             return Ok(entry.toolchain.clone());
         }
         let q = query_located(&program, self.limit, &self.memo)?;
-        let entry = Arc::new(CacheEntry { toolchain: Arc::new(q.toolchain), driver: q.driver, others: q.others });
+        let entry = Arc::new(CacheEntry {
+            toolchain: Arc::new(q.toolchain),
+            package: Arc::new(q.package),
+            driver: q.driver,
+            others: q.others,
+        });
         let toolchain = entry.toolchain.clone();
         let mut entries = self.lock();
         if entries.len() >= Self::MAX_ENTRIES {
@@ -87,6 +93,13 @@ impl ToolchainMemo {
         // the stamps it was made from, so a stale winner is re-queried.
         entries.insert(program, entry);
         Ok(toolchain)
+    }
+
+    /// The package of a toolchain this cache answered with, by route key
+    /// (checked when it was last asked for by path; whoever reads its files
+    /// checks their digests again).
+    pub fn package(&self, key: ToolchainKey) -> Option<Arc<Package>> {
+        self.lock().values().find(|e| e.toolchain.key() == key).map(|e| e.package.clone())
     }
 
     /// Number of cached compilers.

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::error::DecodeError;
 use crate::handshake::HelloBody;
-use crate::message::{Message, TaskSpec};
+use crate::message::{Message, Package, TaskSpec};
 
 /// The largest header any message may have, whatever the configured limit:
 /// bincode's own allocation bound.
@@ -78,6 +78,21 @@ pub fn encode_spec(spec: &TaskSpec) -> Bytes {
 /// [`DecodeError::Malformed`] or [`DecodeError::TrailingBytes`].
 pub fn decode_spec(bytes: &[u8]) -> Result<TaskSpec, DecodeError> {
     decode_exact(bytes, "task spec")
+}
+
+/// Encodes a [`Package`] for an agent's store (the same encoding as on the wire).
+pub fn encode_package(package: &Package) -> Bytes {
+    let mut out = BytesMut::with_capacity(4096);
+    encode_into(package, &mut out);
+    out.freeze()
+}
+
+/// Decodes what [`encode_package`] wrote.
+///
+/// # Errors
+/// [`DecodeError::Malformed`] or [`DecodeError::TrailingBytes`].
+pub fn decode_package(bytes: &[u8]) -> Result<Package, DecodeError> {
+    decode_exact(bytes, "package")
 }
 
 pub(crate) fn encode_hello_body(hello: &HelloBody, out: &mut BytesMut) {

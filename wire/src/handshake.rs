@@ -23,9 +23,9 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The oldest peer version this build talks to.
-pub const MIN_COMPATIBLE_VERSION: u32 = 2;
+pub const MIN_COMPATIBLE_VERSION: u32 = 3;
 /// Largest handshake frame.
 pub const MAX_HANDSHAKE: u32 = 1 << 20;
 
@@ -89,6 +89,31 @@ pub struct HelloBody {
     pub toolchains: Vec<Toolchain>,
     /// Agents: the most tasks they run at once (`--jobs`). Others: 0.
     pub usage_limit: u32,
+    /// Agents: whether they run toolchains shipped to them. Others: `Off`.
+    pub shipping: Shipping,
+}
+
+/// Whether an agent runs toolchains shipped to it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Shipping {
+    /// Not asked for (`--no-shipping`), or not an agent.
+    #[default]
+    Off,
+    /// Yes, in this sandbox (e.g. `bubblewrap 0.8.0`).
+    Ready(String),
+    /// Asked for, but the sandbox cannot be made here, for this reason: the
+    /// agent serves only the compilers it has installed.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for Shipping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shipping::Off => f.write_str("off"),
+            Shipping::Ready(sandbox) => write!(f, "ready ({sandbox})"),
+            Shipping::Unavailable(why) => write!(f, "unavailable: {why}"),
+        }
+    }
 }
 
 /// The scheduler accepted the connection.
@@ -330,6 +355,7 @@ mod tests {
                 system: SystemInfo { arch: "x86_64".into(), cpus: 64, memory_bytes: 1 << 37 },
                 toolchains: vec![],
                 usage_limit: 64,
+                shipping: Shipping::Ready("bubblewrap 0.8.0".into()),
             },
         }
     }

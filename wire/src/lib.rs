@@ -9,6 +9,7 @@
 //!   limits and admin queries.
 //! - [`frame`]: length-prefixed frames with raw payloads after their header.
 //! - [`toolchain`]: toolchain identity and its stable 128-bit key.
+//! - [`manifest`]: a toolchain as files, for agents that do not have it.
 //! - [`cache_key`]: result-cache keys over an unambiguous encoding.
 //! - [`payload`]: payload compression.
 //! - [`local`]: the wrapper ↔ consumerd protocol on the Unix socket.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod local;
+pub mod manifest;
 pub mod message;
 pub mod payload;
 pub mod toolchain;
@@ -29,7 +31,9 @@ pub use cache_key::{cache_key, CacheKeyHasher};
 pub use error::DecodeError;
 pub use frame::{encode_frame, encode_header, Frame, FrameDecoder, Limits};
 pub use handshake::{
-    Hello, HelloBody, HelloOutcome, HelloReply, Refusal, RefusalKind, Role, SystemInfo, Welcome, PROTOCOL_VERSION,
+    Hello, HelloBody, HelloOutcome, HelloReply, Refusal, RefusalKind, Role, Shipping, SystemInfo, Welcome,
+    PROTOCOL_VERSION,
 };
+pub use manifest::{Entry, EntryKind, Manifest, ManifestError};
 pub use message::*;
 pub use toolchain::{Lang, Toolchain, ToolchainKey, ToolchainKind};

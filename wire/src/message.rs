@@ -36,6 +36,14 @@ pub enum Message {
     /// consumerd → scheduler: how many tasks it would send remote now if it
     /// could (in flight plus waiting for a remote slot).
     Demand(Demand),
+    /// agent → scheduler → consumerd, on a fetch stream of its own: send me
+    /// a toolchain's manifest, or its blobs (see [`crate::manifest`]).
+    Fetch(Fetch),
+    /// consumerd → agent on a fetch stream: the toolchain asked for.
+    Package(Box<Package>),
+    /// consumerd → agent on a fetch stream: one file's contents. Payload: the
+    /// (compressed) bytes.
+    Blob(BlobHeader),
     /// admin → scheduler.
     Query(Query),
     /// scheduler → admin.
@@ -48,6 +56,7 @@ impl Message {
         match self {
             Message::Task(t) => t.payload.len,
             Message::TaskResult(r) => r.payload.len,
+            Message::Blob(b) => b.payload.len,
             _ => 0,
         }
     }
@@ -63,6 +72,9 @@ impl Message {
             Message::UsageLimit(_) => "usage limit",
             Message::PreferredRemoteLimit(_) => "preferred remote limit",
             Message::Demand(_) => "demand",
+            Message::Fetch(_) => "fetch",
+            Message::Package(_) => "package",
+            Message::Blob(_) => "blob",
             Message::Query(_) => "query",
             Message::Reply(_) => "reply",
         }
@@ -267,6 +279,45 @@ pub struct ToolchainUpdate {
     pub toolchains: Vec<Toolchain>,
 }
 
+/// What an agent asks on a fetch stream. The stream opens with
+/// [`Fetch::Toolchain`], which the scheduler reads to pick a consumerd that
+/// supplies the key; everything after it is relayed as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fetch {
+    /// The toolchain with this route key: answered by a [`Package`].
+    Toolchain(ToolchainKey),
+    /// These contents of it, by blake3: answered by one [`BlobHeader`] each,
+    /// in order.
+    Blobs(Vec<[u8; 32]>),
+}
+
+/// A consumerd's answer to [`Fetch::Toolchain`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Package {
+    /// The toolchain and its files; `toolchain.binary_hash` is `manifest.id()`
+    /// and `toolchain.key()` the key asked for, which the agent checks.
+    Found {
+        /// Its identity.
+        toolchain: Toolchain,
+        /// Its files.
+        manifest: crate::manifest::Manifest,
+    },
+    /// This consumerd cannot supply it, and why.
+    Unavailable(String),
+}
+
+/// One blob on a fetch stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobHeader {
+    /// blake3 of the uncompressed bytes, which the receiver checks.
+    pub digest: [u8; 32],
+    /// The bytes that follow; `len` 0 and `raw_len` 0 with `Compression::None`
+    /// for a blob the sender could not read (the fetch then fails).
+    pub payload: PayloadInfo,
+    /// The sender could read it and its bytes still had this digest.
+    pub available: bool,
+}
+
 /// One CPU sample of an agent. Counters are cumulative since an arbitrary
 /// origin; the scheduler works with differences and tolerates resets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -361,7 +412,10 @@ pub struct RouteStatus {
     pub description: Option<Toolchain>,
     /// Node ids of the agents that serve it.
     pub agents: Vec<u128>,
-    /// Node ids of the consumerds that announced it.
+    /// Of those, the agents that serve it with a toolchain shipped to them
+    /// (the others have it installed).
+    pub shipped_to: Vec<u128>,
+    /// Node ids of the consumerds that announced it (and supply its files).
     pub consumerds: Vec<u128>,
     /// Tasks waiting for a token.
     pub queued: u64,
@@ -392,6 +446,8 @@ pub struct AgentStatus {
     pub throttled: f32,
     /// The optimizer's last decision and its reason.
     pub last_decision: String,
+    /// Whether it runs toolchains shipped to it, and in what sandbox.
+    pub shipping: crate::handshake::Shipping,
 }
 
 /// One consumerd in a [`StatusReport`].

@@ -62,6 +62,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
+use crate::agent::shipped::Shipping;
 use crate::toolchain::test_toolchain;
 
 pub use scratch::{default_parent as default_scratch_parent, ROOT_PREFIX};
@@ -110,6 +111,9 @@ pub struct ExecutorConfig {
     pub offer_test_toolchain: bool,
     /// Bounds of each task.
     pub limits: ExecLimits,
+    /// The sandbox and store for toolchains shipped to this agent, if it
+    /// runs them.
+    pub shipping: Option<Shipping>,
 }
 
 impl Default for ExecutorConfig {
@@ -120,6 +124,7 @@ impl Default for ExecutorConfig {
             toolchains: HashMap::new(),
             offer_test_toolchain: true,
             limits: ExecLimits::default(),
+            shipping: None,
         }
     }
 }
@@ -160,6 +165,8 @@ pub enum ExecutorError {
 pub struct ExecTask {
     /// Which compiler.
     pub toolchain: ToolchainKey,
+    /// The connection a toolchain this agent lacks is fetched over.
+    pub fetch: Option<quinn::Connection>,
     /// An encoded [`TaskSpec`].
     pub spec: Bytes,
     /// Describes `source`.
@@ -192,6 +199,8 @@ pub(crate) enum TaskError {
     MalformedSpec(String),
     #[error("toolchain {0} is not offered by this agent")]
     UnknownToolchain(ToolchainKey),
+    #[error("{0}")]
+    Shipped(crate::agent::shipped::StoreError),
     #[error("{0}")]
     Refused(RefusedArg),
     #[error("invalid test-toolchain argument {0:?}: expected -sleep=<milliseconds>")]
@@ -240,6 +249,7 @@ pub struct Executor {
     toolchains: HashMap<ToolchainKey, PathBuf>,
     test_key: Option<ToolchainKey>,
     limits: ExecLimits,
+    shipping: Option<Shipping>,
     path_env: Option<OsString>,
     running: AtomicU32,
 }
@@ -257,6 +267,7 @@ impl Executor {
             toolchains: config.toolchains,
             test_key: config.offer_test_toolchain.then(|| test_toolchain().key()),
             limits: config.limits,
+            shipping: config.shipping,
             path_env: std::env::var_os("PATH"),
             running: AtomicU32::new(0),
         })
@@ -302,8 +313,27 @@ impl Executor {
         if self.test_key == Some(task.toolchain) {
             return self.run_test(spec, &task, stop).await;
         }
-        let compiler =
-            self.toolchains.get(&task.toolchain).cloned().ok_or(TaskError::UnknownToolchain(task.toolchain))?;
+        // Installed here, or shipped: leased from the store (fetched if
+        // need be) and run in the sandbox.
+        let lease = match self.toolchains.get(&task.toolchain) {
+            Some(_) => None,
+            None => match (&self.shipping, &task.fetch) {
+                (Some(shipping), Some(conn)) => {
+                    cc::validate(&spec).map_err(TaskError::Refused)?;
+                    tokio::select! {
+                        biased;
+                        e = stop.fired() => return Err(e),
+                        lease = shipping.store.lease(task.toolchain, conn) => Some(lease.map_err(TaskError::Shipped)?),
+                    }
+                }
+                _ => return Err(TaskError::UnknownToolchain(task.toolchain)),
+            },
+        };
+        let compiler = match (&lease, self.toolchains.get(&task.toolchain)) {
+            (Some(l), _) => l.ready.driver.clone(),
+            (None, Some(path)) => path.clone(),
+            (None, None) => return Err(TaskError::UnknownToolchain(task.toolchain)),
+        };
         cc::validate(&spec).map_err(TaskError::Refused)?;
         stop.check()?;
 
@@ -318,13 +348,24 @@ impl Executor {
         .map_err(TaskError::Join)??;
 
         let mut env = vec![(OsString::from("TMPDIR"), prepared.tmp.clone().into_os_string())];
-        if let Some(path) = &self.path_env {
-            env.push(("PATH".into(), path.clone()));
+        match &lease {
+            Some(l) => env.push(("PATH".into(), l.ready.path_env.clone().into())),
+            None => env.extend(self.path_env.iter().map(|p| (OsString::from("PATH"), p.clone()))),
         }
         env.extend(spec_env);
+        let (program, args) = match (&lease, &self.shipping) {
+            (Some(l), Some(shipping)) => {
+                let (bwrap, mut args) =
+                    shipping.sandbox.command(&l.ready.root, &l.ready.top, prepared.dir.path(), &prepared.cmd.cwd);
+                args.push(prepared.cmd.program.clone().into_os_string());
+                args.extend(prepared.cmd.args.iter().cloned());
+                (bwrap, args)
+            }
+            _ => (prepared.cmd.program.clone(), prepared.cmd.args.clone()),
+        };
         let launch = process::Launch {
-            program: &prepared.cmd.program,
-            args: &prepared.cmd.args,
+            program: &program,
+            args: &args,
             cwd: &prepared.cmd.cwd,
             env: &env,
             max_output: self.limits.max_output_bytes,

@@ -1,0 +1,173 @@
+//! The agent's side of a fetch stream: a toolchain's manifest, then the
+//! blobs it lacks, each checked against its digest before it is kept.
+//!
+//! One bidirectional stream to the scheduler, which relays it to a
+//! consumerd that supplies the toolchain: [`Fetch::Toolchain`] is answered
+//! by a [`Package`], checked (its key is the one asked for, its
+//! `binary_hash` the manifest's id, the manifest sound and for this
+//! architecture); [`Fetch::Blobs`] by one [`BlobHeader`] per digest, in
+//! order. A blob whose bytes do not hash to its digest is refused and asked
+//! for again, up to [`ATTEMPTS`] times; each is written to a temporary file
+//! and renamed into place, read-only.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+use ccroute_wire::payload::decompress;
+use ccroute_wire::{encode_header, BlobHeader, Fetch, Limits, Manifest, Message, Package, Toolchain, ToolchainKey};
+
+use super::store::{blob_path, FETCH_IDLE};
+use crate::net::FrameReader;
+
+/// How many times one blob is asked for before the fetch fails.
+pub const ATTEMPTS: usize = 3;
+
+/// Largest blob on the wire (compressed): a compiler's largest library.
+pub const MAX_BLOB_WIRE: u64 = 512 << 20;
+
+/// What a fetch brought.
+#[derive(Debug)]
+pub(super) struct Fetched {
+    pub(super) toolchain: Toolchain,
+    pub(super) manifest: Manifest,
+    /// Blobs received and kept.
+    pub(super) blobs: usize,
+    /// Their bytes.
+    pub(super) raw_bytes: u64,
+    /// Their bytes on the wire.
+    pub(super) wire_bytes: u64,
+}
+
+/// Fetches `key` over `conn`, writing the blobs `have` says are missing
+/// into `blobs_dir`. `on_manifest` sees the checked manifest before any
+/// blob is written.
+pub(super) async fn fetch(
+    conn: &quinn::Connection,
+    key: ToolchainKey,
+    blobs_dir: &Path,
+    have: impl Fn(&[u8; 32]) -> bool,
+    on_manifest: impl FnOnce(&Manifest),
+) -> Result<Fetched, String> {
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| format!("cannot open a fetch stream: {e}"))?;
+    let limits = Limits { max_payload: MAX_BLOB_WIRE, ..Limits::DEFAULT };
+    let mut reader = FrameReader::new(recv, conn.remote_address(), limits);
+    write(&mut send, &Message::Fetch(Fetch::Toolchain(key))).await?;
+    let (toolchain, manifest) = match next(&mut reader).await? {
+        (Message::Package(p), _) => match *p {
+            Package::Found { toolchain, manifest } => (toolchain, manifest),
+            Package::Unavailable(why) => return Err(format!("no consumerd can supply it: {why}")),
+        },
+        (other, _) => return Err(format!("expected the package, got a {}", other.name())),
+    };
+    check(key, &toolchain, &manifest)?;
+    on_manifest(&manifest);
+    let sizes: std::collections::HashMap<[u8; 32], (u64, bool)> = manifest
+        .entries
+        .iter()
+        .filter_map(|e| match e.kind {
+            ccroute_wire::EntryKind::File { digest, size, executable } => Some((digest, (size, executable))),
+            ccroute_wire::EntryKind::Symlink { .. } => None,
+        })
+        .collect();
+    let mut missing: Vec<[u8; 32]> = manifest.blobs().into_iter().map(|(d, _)| d).filter(|d| !have(d)).collect();
+    let mut fetched = Fetched { toolchain, manifest, blobs: 0, raw_bytes: 0, wire_bytes: 0 };
+    for attempt in 1..=ATTEMPTS {
+        if missing.is_empty() {
+            break;
+        }
+        write(&mut send, &Message::Fetch(Fetch::Blobs(missing.clone()))).await?;
+        let mut refused = Vec::new();
+        for digest in &missing {
+            let (header, payload) = match next(&mut reader).await? {
+                (Message::Blob(h), p) => (h, p),
+                (other, _) => return Err(format!("expected a blob, got a {}", other.name())),
+            };
+            let BlobHeader { digest: got, payload: info, available } = header;
+            if got != *digest {
+                return Err("blobs out of order".into());
+            }
+            if !available {
+                return Err(format!("the consumerd cannot read blob {}", hex(digest)));
+            }
+            let (size, _) = sizes[digest];
+            let raw = match decompress(&info, &payload, size) {
+                Ok(raw) if raw.len() as u64 == size && blake3::hash(&raw).as_bytes() == digest => raw,
+                Ok(_) | Err(_) => {
+                    tracing::warn!(blob = %hex(digest), attempt, "a blob does not match its digest; refused, asking again");
+                    refused.push(*digest);
+                    continue;
+                }
+            };
+            let executable = manifest_wants_executable(&sizes, digest);
+            let dir = blobs_dir.to_owned();
+            let d = *digest;
+            tokio::task::spawn_blocking(move || store_blob(&dir, &d, executable, &raw))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cannot store blob {}: {e}", hex(digest)))?;
+            fetched.blobs += 1;
+            fetched.raw_bytes += size;
+            fetched.wire_bytes += info.len;
+        }
+        missing = refused;
+    }
+    if !missing.is_empty() {
+        return Err(format!("{} blob(s) did not match their digest after {ATTEMPTS} attempts", missing.len()));
+    }
+    let _ = send.finish();
+    Ok(fetched)
+}
+
+fn manifest_wants_executable(sizes: &std::collections::HashMap<[u8; 32], (u64, bool)>, digest: &[u8; 32]) -> bool {
+    sizes.get(digest).is_some_and(|(_, x)| *x)
+}
+
+/// What the agent checks of a package before it writes anything.
+pub(super) fn check(key: ToolchainKey, toolchain: &Toolchain, manifest: &Manifest) -> Result<(), String> {
+    if toolchain.key() != key {
+        return Err(format!("the package is toolchain {}, not the {key} asked for", toolchain.key()));
+    }
+    if manifest.id() != toolchain.binary_hash {
+        return Err("the manifest is not the one the toolchain's identity names".into());
+    }
+    manifest.validate().map_err(|e| format!("refused: {e}"))?;
+    if manifest.arch != std::env::consts::ARCH {
+        return Err(format!("its binaries are for {}, this agent runs {}", manifest.arch, std::env::consts::ARCH));
+    }
+    Ok(())
+}
+
+async fn write(send: &mut quinn::SendStream, message: &Message) -> Result<(), String> {
+    let mut buf = BytesMut::new();
+    encode_header(message, &mut buf);
+    send.write_all(&buf).await.map_err(|e| format!("fetch stream: {e}"))
+}
+
+async fn next(reader: &mut FrameReader) -> Result<(Message, Bytes), String> {
+    match tokio::time::timeout(FETCH_IDLE, reader.next()).await {
+        Err(_) => Err(format!("nothing received for {} s", FETCH_IDLE.as_secs())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(None)) => Err("the fetch stream ended early".into()),
+        Ok(Ok(Some(f))) => Ok((f.message, f.payload)),
+    }
+}
+
+fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> std::io::Result<()> {
+    let dest = blob_path(blobs, digest, executable);
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let parent = dest.parent().unwrap_or(blobs);
+    let mut tmp = tempfile::NamedTempFile::new_in(parent)?;
+    tmp.write_all(raw)?;
+    tmp.as_file().sync_data()?;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
+    tmp.persist(&dest).map(drop).map_err(|e| e.error)
+}
+
+pub(crate) fn hex(digest: &[u8; 32]) -> String {
+    blake3::Hash::from_bytes(*digest).to_hex()[..16].to_owned()
+}

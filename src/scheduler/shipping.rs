@@ -1,0 +1,277 @@
+//! Shipped toolchains on the scheduler: who supplies them, who runs them,
+//! and the relay of fetch streams.
+//!
+//! A consumerd supplies every toolchain it announces (it packaged each one
+//! to learn its identity). An agent that announced [`WireShipping::Ready`]
+//! serves, besides its installed compilers, every toolchain a connected
+//! consumerd of its architecture supplies: its owner task listens to
+//! [`Shipping::subscribe`] and re-attaches it to those routes when the set
+//! changes. Routes stay keyed by the toolchain key alone, so a shipped
+//! toolchain and the same one installed on another agent are one route.
+//!
+//! A fetch stream opened by an agent starts with [`Fetch::Toolchain`];
+//! [`relay`] reads that one frame, picks a consumerd that supplies the key,
+//! opens a stream to it, forwards the frame, and from then on copies bytes
+//! both ways without decoding them: the agent checks every digest itself.
+//! Left out: the scheduler does not check that the agent holds a task of
+//! that toolchain (compiler files are no secret), and picks the first
+//! supplier rather than the least busy.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use ccroute_wire::codec::decode_message;
+use ccroute_wire::{encode_header, Fetch, Message, Package, Shipping as WireShipping, Toolchain, ToolchainKey, ToolchainKind};
+use tokio::sync::watch;
+
+/// Largest first frame of a fetch stream.
+const MAX_REQUEST: u32 = 64 << 10;
+
+/// How long an agent may take to send its first frame.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+struct Supplier {
+    arch: String,
+    toolchains: Vec<Toolchain>,
+}
+
+#[derive(Debug, Clone)]
+struct AgentShipping {
+    state: WireShipping,
+    native: HashSet<ToolchainKey>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    suppliers: HashMap<u128, Supplier>,
+    /// Each supplier's connection, to relay fetches to.
+    conns: HashMap<u128, quinn::Connection>,
+    agents: HashMap<u128, AgentShipping>,
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub(crate) struct Shipping {
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Shipping {
+    fn default() -> Self {
+        Shipping { inner: Mutex::default(), changed: watch::Sender::new(0) }
+    }
+}
+
+impl Shipping {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update replaces one map entry.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A consumerd supplies `toolchains` (its announced set, replacing the last).
+    pub(crate) fn set_supplier(&self, node: u128, arch: &str, conn: &quinn::Connection, toolchains: &[Toolchain]) {
+        let shippable: Vec<Toolchain> = toolchains.iter().filter(|t| t.kind != ToolchainKind::Test).cloned().collect();
+        let changed = {
+            let mut inner = self.lock();
+            let before: HashSet<ToolchainKey> = inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
+            inner.suppliers.insert(node, Supplier { arch: arch.to_owned(), toolchains: shippable });
+            inner.conns.insert(node, conn.clone());
+            let after: HashSet<ToolchainKey> = inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
+            before != after
+        };
+        if changed {
+            self.changed.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// A consumerd left.
+    pub(crate) fn remove_supplier(&self, node: u128) {
+        let removed = {
+            let mut inner = self.lock();
+            inner.conns.remove(&node);
+            inner.suppliers.remove(&node)
+        };
+        if removed.is_some_and(|s| !s.toolchains.is_empty()) {
+            self.changed.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// Changes to the supplied set.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// What an agent of `arch` that runs shipped toolchains serves: its own
+    /// and every supplied one, one per key.
+    pub(crate) fn served_by(&self, arch: &str, native: &[Toolchain]) -> Vec<Toolchain> {
+        let mut seen: HashSet<ToolchainKey> = native.iter().map(Toolchain::key).collect();
+        let mut out = native.to_vec();
+        let inner = self.lock();
+        for s in inner.suppliers.values().filter(|s| s.arch == arch) {
+            for t in &s.toolchains {
+                if seen.insert(t.key()) {
+                    out.push(t.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// An agent joined, with its shipping state and installed compilers.
+    pub(crate) fn set_agent(&self, node: u128, state: WireShipping, native: &[Toolchain]) {
+        let native = native.iter().map(Toolchain::key).collect();
+        self.lock().agents.insert(node, AgentShipping { state, native });
+    }
+
+    /// An agent left.
+    pub(crate) fn remove_agent(&self, node: u128) {
+        self.lock().agents.remove(&node);
+    }
+
+    /// An agent's shipping state, for `status`.
+    pub(crate) fn agent_state(&self, node: u128) -> WireShipping {
+        self.lock().agents.get(&node).map(|a| a.state.clone()).unwrap_or_default()
+    }
+
+    /// Of `agents` on the route `key`, those that serve it shipped.
+    pub(crate) fn shipped_to(&self, key: ToolchainKey, agents: &[u128]) -> Vec<u128> {
+        let inner = self.lock();
+        agents.iter().copied().filter(|a| inner.agents.get(a).is_some_and(|s| !s.native.contains(&key))).collect()
+    }
+
+    fn supplier_of(&self, key: ToolchainKey) -> Option<quinn::Connection> {
+        let inner = self.lock();
+        let (node, _) = inner.suppliers.iter().find(|(_, s)| s.toolchains.iter().any(|t| t.key() == key))?;
+        inner.conns.get(node).cloned()
+    }
+}
+
+/// Relays one fetch stream an agent opened (see the module doc).
+pub(crate) async fn relay(shipping: &Shipping, mut a_send: quinn::SendStream, mut a_recv: quinn::RecvStream) {
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_frame(&mut a_recv)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(why)) => {
+            tracing::warn!(reason = %why, "bad fetch stream from an agent; closed");
+            let _ = a_send.reset(0u32.into());
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("an agent opened a fetch stream and sent nothing; closed");
+            let _ = a_send.reset(0u32.into());
+            return;
+        }
+    };
+    let (key, frame) = request;
+    let Some(conn) = shipping.supplier_of(key) else {
+        let mut buf = BytesMut::new();
+        let why = "no connected consumerd supplies it".to_owned();
+        encode_header(&Message::Package(Box::new(Package::Unavailable(why))), &mut buf);
+        let _ = a_send.write_all(&buf).await;
+        let _ = a_send.finish();
+        return;
+    };
+    let (mut c_send, mut c_recv) = match conn.open_bi().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "cannot open a fetch stream to the consumerd");
+            let _ = a_send.reset(0u32.into());
+            return;
+        }
+    };
+    if c_send.write_all(&frame).await.is_err() {
+        let _ = a_send.reset(0u32.into());
+        return;
+    }
+    let up = async {
+        let r = tokio::io::copy(&mut a_recv, &mut c_send).await;
+        match r {
+            Ok(_) => {
+                let _ = c_send.finish();
+            }
+            Err(_) => {
+                let _ = c_send.reset(0u32.into());
+            }
+        }
+    };
+    let down = async {
+        let r = tokio::io::copy(&mut c_recv, &mut a_send).await;
+        match r {
+            Ok(_) => {
+                let _ = a_send.finish();
+            }
+            Err(_) => {
+                let _ = a_send.reset(0u32.into());
+            }
+        }
+    };
+    tokio::join!(up, down);
+}
+
+/// Reads the first frame: its key and its bytes, to forward as they came.
+async fn read_frame(recv: &mut quinn::RecvStream) -> Result<(ToolchainKey, Vec<u8>), String> {
+    let mut len = [0u8; 4];
+    recv.read_exact(&mut len).await.map_err(|e| e.to_string())?;
+    let n = u32::from_le_bytes(len);
+    if n > MAX_REQUEST {
+        return Err(format!("first frame of {n} bytes, more than {MAX_REQUEST}"));
+    }
+    let mut body = vec![0u8; n as usize];
+    recv.read_exact(&mut body).await.map_err(|e| e.to_string())?;
+    match decode_message(&body).map_err(|e| e.to_string())? {
+        Message::Fetch(Fetch::Toolchain(key)) => {
+            let mut frame = len.to_vec();
+            frame.extend_from_slice(&body);
+            Ok((key, frame))
+        }
+        other => Err(format!("a fetch stream must start with a toolchain request, not a {}", other.name())),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use ccroute_wire::Lang;
+
+    use super::*;
+
+    fn tc(version: &str, kind: ToolchainKind) -> Toolchain {
+        Toolchain {
+            kind,
+            lang: Lang::C,
+            compiler: "gcc".into(),
+            target: "x86_64-linux-gnu".into(),
+            version: version.into(),
+            pic_default: true,
+            pie_default: true,
+            binary_hash: [version.len() as u8; 32],
+        }
+    }
+
+    #[test]
+    fn agents_serve_their_own_and_what_consumerds_of_their_arch_supply() {
+        let s = Shipping::default();
+        let mut rx = s.subscribe();
+        let native = vec![tc("12", ToolchainKind::Gnu)];
+        assert_eq!(s.served_by("x86_64", &native), native);
+        s.lock().suppliers.insert(
+            1,
+            Supplier {
+                arch: "x86_64".into(),
+                toolchains: vec![tc("11.4", ToolchainKind::Gnu), tc("12", ToolchainKind::Gnu)],
+            },
+        );
+        let served = s.served_by("x86_64", &native);
+        assert_eq!(served.len(), 2, "the native one is not listed twice");
+        assert!(s.served_by("aarch64", &native).len() == 1, "another architecture gets none");
+        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), &native);
+        assert_eq!(s.shipped_to(tc("11.4", ToolchainKind::Gnu).key(), &[9]), vec![9]);
+        assert!(s.shipped_to(tc("12", ToolchainKind::Gnu).key(), &[9]).is_empty());
+        s.remove_supplier(1);
+        assert!(rx.has_changed().unwrap());
+        rx.mark_unchanged();
+        assert_eq!(s.served_by("x86_64", &native), native);
+    }
+}
