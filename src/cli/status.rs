@@ -76,6 +76,7 @@ pub fn json(r: &StatusReport) -> serde_json::Value {
         set(format!("/routes/{i}/toolchain"), serde_json::Value::String(route.toolchain.to_string()));
         set(format!("/routes/{i}/agents"), route.agents.iter().map(|n| hex(*n)).collect());
         set(format!("/routes/{i}/consumerds"), route.consumerds.iter().map(|n| hex(*n)).collect());
+        set(format!("/routes/{i}/shipped_to"), route.shipped_to.iter().map(|n| hex(*n)).collect());
     }
     for (i, a) in r.agents.iter().enumerate() {
         set(format!("/agents/{i}/node_id"), hex(a.node_id));
@@ -133,17 +134,22 @@ pub fn render(r: &StatusReport) -> String {
             route.consumerds.len(),
             route.queued
         );
+        if !route.agents.is_empty() {
+            let names = |ids: Vec<u128>| if ids.is_empty() { "none".to_owned() } else { ids.into_iter().map(short).collect::<Vec<_>>().join(" ") };
+            let native = route.agents.iter().copied().filter(|a| !route.shipped_to.contains(a)).collect();
+            let _ = writeln!(out, "      native on {}; shipped to {}", names(native), names(route.shipped_to.clone()));
+        }
     }
     let _ = writeln!(out, "\nagents");
     let _ = writeln!(
         out,
-        "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>5}  {:>9}  LAST DECISION",
-        "NODE", "HOST", "TOKENS", "LIMIT/MAX", "ASSIGNED", "DONE", "FAILED", "CPU", "THROTTLED"
+        "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>5}  {:>9}  {:<24}  LAST DECISION",
+        "NODE", "HOST", "TOKENS", "LIMIT/MAX", "ASSIGNED", "DONE", "FAILED", "CPU", "THROTTLED", "SHIPPED TOOLCHAINS"
     );
     for a in &r.agents {
         let _ = writeln!(
             out,
-            "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>4.0}%  {:>8.0}%  {}",
+            "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>4.0}%  {:>8.0}%  {:<24}  {}",
             short(a.node_id),
             a.host_name,
             a.tokens_in_use,
@@ -153,6 +159,7 @@ pub fn render(r: &StatusReport) -> String {
             a.failed,
             a.cpu_use * 100.0,
             a.throttled * 100.0,
+            a.shipping.to_string(),
             a.last_decision
         );
     }

@@ -49,6 +49,7 @@ impl RawConsumerd {
                 system: SystemInfo::default(),
                 toolchains: vec![test_toolchain()],
                 usage_limit: 0,
+                shipping: ccroute_wire::Shipping::Off,
             },
         };
         let (writer, reader, _) = net::client_handshake(&conn, &hello, &net::StreamOptions::default()).await.unwrap();

@@ -62,7 +62,7 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 fn task(toolchain: ToolchainKey, spec: &TaskSpec, source: &[u8]) -> ExecTask {
     let (wire, payload) = compress(source);
-    ExecTask { toolchain, spec: encode_spec(spec), payload, source: wire.into() }
+    ExecTask { toolchain, fetch: None, spec: encode_spec(spec), payload, source: wire.into() }
 }
 
 fn spec(args: &[&str], input: &str) -> TaskSpec {

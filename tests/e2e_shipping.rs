@@ -1,0 +1,283 @@
+//! Toolchains that travel, end to end: an agent whose file system holds no
+//! gcc at all — its own mount namespace, every gcc, g++, cc1 and `as` of the
+//! host masked — running as `nobody`, compiles Lua and the sample for a
+//! consumerd using gcc 12 and, at the same time, for another using gcc 11,
+//! with toolchains the consumerds ship it; every object is byte-identical to
+//! the local build with the same compiler, with and without `-g`.
+//!
+//! Needs gcc-11/g++-11 and bubblewrap (`scripts/test` installs them as
+//! root), and a mount namespace: as root the agent drops to `nobody` after
+//! masking; otherwise it masks inside a user namespace of its own.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_same_objects, ccroute, make, objects, Cluster, Daemon};
+
+/// Masks the host's GNU compilers and assembler, checks they are gone, then
+/// runs the rest of the command line (as `nobody` when `$DROP` is set).
+const MASK: &str = r#"set -e
+for f in /usr/bin/*gcc* /usr/bin/*g++* /usr/bin/cc /usr/bin/c++ /usr/bin/cpp* /usr/bin/*-as /usr/bin/as; do
+  if [ -e "$f" ]; then mount --bind /dev/null "$f"; fi
+done
+mount -t tmpfs -o ro none /usr/lib/gcc
+if [ -d /usr/libexec/gcc ]; then mount -t tmpfs -o ro none /usr/libexec/gcc; fi
+for c in gcc gcc-12 gcc-11 g++ as; do
+  if "$c" --version >/dev/null 2>&1; then echo "$c still runs in the agent's namespace" >&2; exit 97; fi
+done
+if [ -n "$(ls /usr/lib/gcc)" ]; then echo "/usr/lib/gcc still visible" >&2; exit 98; fi
+if [ -n "$DROP" ]; then exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; fi
+exec "$@"
+"#;
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+fn require(program: &str, why: &str) {
+    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    assert!(found, "{program} is needed {why}; install it (scripts/test does, as root)");
+}
+
+/// Lua 5.4's sources from the `lua-src` crate (a dev-dependency for them),
+/// copied to `dir` with a Makefile that builds every object.
+fn lua_project(dir: &Path) {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let manifest = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "lua-src")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("lua-src is a dev-dependency");
+    let src = Path::new(manifest).parent().unwrap().join("lua-5.4.9");
+    std::fs::create_dir_all(dir).unwrap();
+    let mut objs = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        let name = e.file_name().into_string().unwrap();
+        if name.ends_with(".c") || name.ends_with(".h") {
+            std::fs::copy(e.path(), dir.join(&name)).unwrap();
+        }
+        if name.ends_with(".c") && name != "lua.c" && name != "luac.c" {
+            objs.push(name.replace(".c", ".o"));
+        }
+    }
+    objs.sort();
+    let makefile = format!(
+        "CFLAGS ?= -O2\nall: {}\n%.o: %.c\n\t$(CC) $(CFLAGS) -DLUA_USE_LINUX -DLUA_COMPAT_5_3 -c $< -o $@\nclean:\n\trm -f *.o\n",
+        objs.join(" ")
+    );
+    std::fs::write(dir.join("Makefile"), makefile).unwrap();
+}
+
+/// A second consumerd beside the cluster's, with its own socket and cache.
+fn second_consumerd(c: &Cluster) -> (Daemon, Vec<(String, String)>) {
+    let socket = c.dir.path().join("consumerd2.sock");
+    let home = c.dir.path().join("cache-home-2");
+    let log = c.dir.path().join("consumerd2.log");
+    let child = c
+        .command(ccroute())
+        .args(["consumerd", "--local-jobs", "1", "--idle-exit", "0", "--prefer-remote", "--no-local-cache"])
+        .args(["--scheduler", &c.addr.unwrap().to_string()])
+        .env("CCROUTE_SOCKET", &socket)
+        .env("XDG_CACHE_HOME", &home)
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the second consumerd never made its socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut env = c.wrapper_env();
+    for (k, v) in &mut env {
+        match k.as_str() {
+            "CCROUTE_SOCKET" => *v = socket.display().to_string(),
+            "XDG_CACHE_HOME" => *v = home.display().to_string(),
+            _ => {}
+        }
+    }
+    (Daemon { name: "consumerd2".into(), child, log }, env)
+}
+
+/// Starts the agent in a mount namespace without gcc.
+fn start_masked_agent(c: &mut Cluster) {
+    let work = c.dir.path().join("agent-home");
+    std::fs::create_dir_all(work.join("store")).unwrap();
+    std::fs::create_dir_all(work.join("scratch")).unwrap();
+    let root = is_root();
+    if root {
+        // nobody reads the certificates and the binary, and owns its dirs.
+        let everyone = |p: &Path| {
+            let st = Command::new("chmod").arg("-R").arg("a+rX").arg(p).status().unwrap();
+            assert!(st.success());
+        };
+        everyone(c.dir.path());
+        let mut p = ccroute();
+        while p.pop() {
+            let _ = Command::new("chmod").arg("a+x").arg(&p).status();
+        }
+        let st = Command::new("chown").args(["-R", "65534:65534"]).arg(&work).status().unwrap();
+        assert!(st.success());
+    }
+    let script = c.dir.path().join("mask.sh");
+    std::fs::File::create(&script).unwrap().write_all(MASK.as_bytes()).unwrap();
+    let log = c.dir.path().join("agent0.log");
+    let mut cmd = c.command("unshare");
+    if !root {
+        cmd.args(["--user", "--map-root-user"]);
+    }
+    cmd.args(["--mount", "--propagation", "private", "sh"])
+        .arg(&script)
+        .arg(ccroute())
+        .args(["agent", "--scheduler", &c.addr.unwrap().to_string(), "-j", "4"])
+        .arg("--store-dir")
+        .arg(work.join("store"))
+        .arg("--scratch-dir")
+        .arg(work.join("scratch"))
+        .env("HOME", &work)
+        .env("XDG_CACHE_HOME", &work);
+    if root {
+        cmd.env("DROP", "1");
+    }
+    let child = cmd.stdin(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+    c.agents.push(Daemon { name: "agent0".into(), child, log });
+}
+
+/// Builds `project` (a copy in `dir`) through ccroute with `cc`/`cxx`, then
+/// locally with the plain compilers, and returns both object sets.
+fn build_twice(dir: &Path, cc: &str, cxx: &str, cflags: &str, env: &[(String, String)]) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<PathBuf, Vec<u8>>) {
+    let via = |c: &str| format!("{} {c}", ccroute().display());
+    let args = |cc: String, cxx: String| {
+        vec!["-j4".to_string(), format!("CC={cc}"), format!("CXX={cxx}"), format!("CFLAGS={cflags}"), format!("CXXFLAGS={cflags}")]
+    };
+    let out = make(dir, &args(via(cc), via(cxx)), env);
+    assert!(out.status.success(), "build through ccroute failed: {}", String::from_utf8_lossy(&out.stderr));
+    let remote = objects(dir);
+    assert!(make(dir, &["clean".into()], &[]).status.success());
+    let out = make(dir, &args(cc.into(), cxx.into()), &[]);
+    assert!(out.status.success(), "local build failed: {}", String::from_utf8_lossy(&out.stderr));
+    (objects(dir), remote)
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    let st = Command::new("cp").arg("-r").arg(from).arg(to).status().unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn an_agent_without_gcc_compiles_for_gcc_12_and_gcc_11_clients_at_once() {
+    require("gcc-11", "as the second compiler (Debian: gcc-11 g++-11)");
+    require("g++-11", "as the second compiler (Debian: g++-11)");
+    require("bwrap", "for the agent's sandbox (Debian: bubblewrap)");
+    require("unshare", "for the agent's mount namespace (util-linux)");
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    start_masked_agent(&mut c);
+    c.start_consumerd_with(1, true, &["--no-local-cache"]);
+    let (consumerd2, env2) = second_consumerd(&c);
+    let env1 = c.wrapper_env();
+    c.wait_ready(1);
+    let status = c.status();
+    assert!(
+        status["agents"][0]["shipping"]["Ready"].as_str().is_some_and(|s| s.contains("bubblewrap")),
+        "the agent runs shipped toolchains: {status}\n{}",
+        c.logs()
+    );
+
+    let root = c.dir.path().join("projects");
+    std::fs::create_dir_all(&root).unwrap();
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
+    let (s12, s11) = (root.join("sample-12"), root.join("sample-11"));
+    copy_tree(&sample, &s12);
+    copy_tree(&sample, &s11);
+    let (l12, l11) = (root.join("lua-12"), root.join("lua-11"));
+    lua_project(&l12);
+    lua_project(&l11);
+
+    // gcc 12 and gcc 11 clients at the same time: the sample without -g, Lua with it.
+    let started = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let sample = build_twice(&s12, "gcc-12", "g++-12", "-O2 -Wall", &env1);
+            let lua = build_twice(&l12, "gcc-12", "g++-12", "-O2 -g", &env1);
+            (sample, lua)
+        });
+        let b = s.spawn(|| {
+            let sample = build_twice(&s11, "gcc-11", "g++-11", "-O2 -Wall", &env2);
+            let lua = build_twice(&l11, "gcc-11", "g++-11", "-O2 -g", &env2);
+            (sample, lua)
+        });
+        (a.join(), b.join())
+    });
+    let logs = || format!("{}\n----- consumerd2 -----\n{}", c.logs(), consumerd2.log_text());
+    let ((sample12, lua12), (sample11, lua11)) = match (a, b) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => panic!("a build failed\n{}", logs()),
+    };
+    for (name, (local, remote)) in [("sample gcc 12", sample12), ("lua gcc 12 -g", lua12), ("sample gcc 11", sample11), ("lua gcc 11 -g", lua11)] {
+        eprintln!("{name}: {} objects", local.len());
+        assert_same_objects(&local, &remote);
+    }
+    eprintln!("four builds through ccroute and locally in {:?}", started.elapsed());
+
+    // Every gcc and g++ of both versions went to the agent, shipped.
+    let status = c.status();
+    let routes = status["routes"].as_array().unwrap();
+    let agent = status["agents"][0]["node_id"].clone();
+    for version in ["12", "11"] {
+        for compiler in ["gcc", "g++"] {
+            let route = routes
+                .iter()
+                .find(|r| r["description"]["compiler"] == compiler && r["description"]["version"].as_str().is_some_and(|v| v.starts_with(version)))
+                .unwrap_or_else(|| panic!("no route for {compiler} {version}: {status}"));
+            assert_eq!(route["shipped_to"], serde_json::json!([agent]), "{route}");
+        }
+    }
+    let done = status["agents"][0]["completed"].as_u64().unwrap();
+    let failed = status["agents"][0]["failed"].as_u64().unwrap();
+    assert!(done >= 8 && failed == 0, "the agent compiled {done} units, {failed} failed: {status}\n{}", logs());
+    for cd in status["consumerds"].as_array().unwrap() {
+        assert!(cd["submitted"].as_u64() > Some(0), "both clients sent units remote: {status}");
+    }
+    c.assert_each_task_ended_once();
+
+    // What travelled, for the record.
+    let agent_log = c.agents[0].log_text();
+    let ready: Vec<&str> = agent_log.lines().filter(|l| l.contains("shipped toolchain ready")).collect();
+    for line in &ready {
+        eprintln!("{line}");
+    }
+    assert_eq!(ready.len(), 4, "gcc, g++ of 12 and of 11, each fetched once\n{agent_log}");
+}
+
+/// A consumerd whose compiler no agent has and none can be shipped to
+/// (the agent does not ship) compiles locally: the build never fails.
+#[test]
+fn a_toolchain_nobody_can_supply_compiles_locally() {
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    c.start_agent(&["--no-shipping", "--no-discover", "--test-toolchain"]);
+    c.start_consumerd_with(1, true, &["--no-local-cache"]);
+    c.wait_ready(1);
+    let dir = c.dir.path().join("p");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("sample"), &dir);
+    let args = ["-j2".to_string(), format!("CC={} gcc", ccroute().display()), format!("CXX={} g++", ccroute().display())];
+    let out = make(&dir, &args, &c.wrapper_env());
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let status = c.status();
+    assert_eq!(status["agents"][0]["shipping"], "Off", "{status}");
+    assert_eq!(status["agents"][0]["completed"].as_u64(), Some(0), "{status}");
+}
