@@ -9,6 +9,8 @@
 //! root), and a mount namespace: as root the agent drops to `nobody` after
 //! masking; otherwise it masks inside a user namespace of its own.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -40,7 +42,8 @@ fn is_root() -> bool {
 }
 
 fn require(program: &str, why: &str) {
-    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    let found =
+        Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     assert!(found, "{program} is needed {why}; install it (scripts/test does, as root)");
 }
 
@@ -158,10 +161,22 @@ fn start_masked_agent(c: &mut Cluster) {
 
 /// Builds `project` (a copy in `dir`) through ccroute with `cc`/`cxx`, then
 /// locally with the plain compilers, and returns both object sets.
-fn build_twice(dir: &Path, cc: &str, cxx: &str, cflags: &str, env: &[(String, String)]) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<PathBuf, Vec<u8>>) {
+fn build_twice(
+    dir: &Path,
+    cc: &str,
+    cxx: &str,
+    cflags: &str,
+    env: &[(String, String)],
+) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<PathBuf, Vec<u8>>) {
     let via = |c: &str| format!("{} {c}", ccroute().display());
     let args = |cc: String, cxx: String| {
-        vec!["-j4".to_string(), format!("CC={cc}"), format!("CXX={cxx}"), format!("CFLAGS={cflags}"), format!("CXXFLAGS={cflags}")]
+        vec![
+            "-j4".to_string(),
+            format!("CC={cc}"),
+            format!("CXX={cxx}"),
+            format!("CFLAGS={cflags}"),
+            format!("CXXFLAGS={cflags}"),
+        ]
     };
     let out = make(dir, &args(via(cc), via(cxx)), env);
     assert!(out.status.success(), "build through ccroute failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -227,7 +242,9 @@ fn an_agent_without_gcc_compiles_for_gcc_12_and_gcc_11_clients_at_once() {
         (Ok(a), Ok(b)) => (a, b),
         _ => panic!("a build failed\n{}", logs()),
     };
-    for (name, (local, remote)) in [("sample gcc 12", sample12), ("lua gcc 12 -g", lua12), ("sample gcc 11", sample11), ("lua gcc 11 -g", lua11)] {
+    for (name, (local, remote)) in
+        [("sample gcc 12", sample12), ("lua gcc 12 -g", lua12), ("sample gcc 11", sample11), ("lua gcc 11 -g", lua11)]
+    {
         eprintln!("{name}: {} objects", local.len());
         assert_same_objects(&local, &remote);
     }
@@ -241,7 +258,10 @@ fn an_agent_without_gcc_compiles_for_gcc_12_and_gcc_11_clients_at_once() {
         for compiler in ["gcc", "g++"] {
             let route = routes
                 .iter()
-                .find(|r| r["description"]["compiler"] == compiler && r["description"]["version"].as_str().is_some_and(|v| v.starts_with(version)))
+                .find(|r| {
+                    r["description"]["compiler"] == compiler
+                        && r["description"]["version"].as_str().is_some_and(|v| v.starts_with(version))
+                })
                 .unwrap_or_else(|| panic!("no route for {compiler} {version}: {status}"));
             assert_eq!(route["shipped_to"], serde_json::json!([agent]), "{route}");
         }
@@ -274,10 +294,42 @@ fn a_toolchain_nobody_can_supply_compiles_locally() {
     c.wait_ready(1);
     let dir = c.dir.path().join("p");
     copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("sample"), &dir);
-    let args = ["-j2".to_string(), format!("CC={} gcc", ccroute().display()), format!("CXX={} g++", ccroute().display())];
+    let args =
+        ["-j2".to_string(), format!("CC={} gcc", ccroute().display()), format!("CXX={} g++", ccroute().display())];
     let out = make(&dir, &args, &c.wrapper_env());
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     let status = c.status();
     assert_eq!(status["agents"][0]["shipping"], "Off", "{status}");
     assert_eq!(status["agents"][0]["completed"].as_u64(), Some(0), "{status}");
+}
+
+/// An agent that cannot make the sandbox (here: no bwrap in its `PATH`) says
+/// so in its log and in `status`, and still serves what it has.
+#[test]
+fn an_agent_without_a_sandbox_says_so_and_serves_its_own_compilers() {
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    let log = c.dir.path().join("agent0.log");
+    let child = c
+        .command(ccroute())
+        .args(["agent", "--scheduler", &c.addr.unwrap().to_string(), "--test-toolchain"])
+        .env("PATH", c.dir.path().join("empty-bin"))
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    c.agents.push(Daemon { name: "agent0".into(), child, log });
+    c.wait_ready(1);
+    let status = c.status();
+    let why = status["agents"][0]["shipping"]["Unavailable"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("bubblewrap (bwrap) is not installed"), "{status}");
+    assert!(c.agents[0].log_text().contains("cannot run shipped toolchains"), "{}", c.logs());
+    assert_eq!(status["routes"].as_array().unwrap().len(), 1, "its test toolchain only: {status}");
+    let text = Command::new(ccroute())
+        .args(["status", "--scheduler", &c.addr.unwrap().to_string()])
+        .env("CCROUTE_TLS_DIR", &c.tls)
+        .env("XDG_CONFIG_HOME", c.dir.path().join("config"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("unavailable: bubblewrap (bwrap) is not installed"));
 }

@@ -7,5 +7,5 @@ pub mod cgroup;
 pub mod daemon;
 #[cfg(feature = "daemon")]
 pub mod executor;
-pub mod shipped;
 pub mod sampler;
+pub mod shipped;

@@ -135,7 +135,13 @@ pub fn render(r: &StatusReport) -> String {
             route.queued
         );
         if !route.agents.is_empty() {
-            let names = |ids: Vec<u128>| if ids.is_empty() { "none".to_owned() } else { ids.into_iter().map(short).collect::<Vec<_>>().join(" ") };
+            let names = |ids: Vec<u128>| {
+                if ids.is_empty() {
+                    "none".to_owned()
+                } else {
+                    ids.into_iter().map(short).collect::<Vec<_>>().join(" ")
+                }
+            };
             let native = route.agents.iter().copied().filter(|a| !route.shipped_to.contains(a)).collect();
             let _ = writeln!(out, "      native on {}; shipped to {}", names(native), names(route.shipped_to.clone()));
         }

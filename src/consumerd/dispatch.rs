@@ -431,7 +431,8 @@ impl Dispatcher {
         };
         let Some((text, cacheable)) = source.take() else { return };
         let package = self.toolchains.package(toolchain.key());
-        let job = RemoteJob { compiler: conn.compiler.clone(), toolchain, package, spec: conn.spec.clone(), text, cacheable };
+        let job =
+            RemoteJob { compiler: conn.compiler.clone(), toolchain, package, spec: conn.spec.clone(), text, cacheable };
         let bytes = job.text.len();
         let compile = self.remote.compile(job);
         let limit = self.deadlines.for_unit(bytes);

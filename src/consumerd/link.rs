@@ -28,8 +28,8 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
 use super::supply::Supply;
+use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.

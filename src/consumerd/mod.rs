@@ -21,8 +21,8 @@ pub mod direct;
 mod dispatch;
 pub mod ipc;
 pub mod link;
-mod supply;
 pub mod slots;
+mod supply;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -86,7 +86,9 @@ impl Supply {
                                 wire += info.len;
                                 (BlobHeader { digest, payload: info, available: true }, bytes)
                             }
-                            None => (BlobHeader { digest, payload: PayloadInfo::EMPTY, available: false }, Bytes::new()),
+                            None => {
+                                (BlobHeader { digest, payload: PayloadInfo::EMPTY, available: false }, Bytes::new())
+                            }
                         };
                         if writer.send(Message::Blob(header), payload).await.is_err() {
                             return;

@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use ccroute_wire::codec::decode_message;
-use ccroute_wire::{encode_header, Fetch, Message, Package, Shipping as WireShipping, Toolchain, ToolchainKey, ToolchainKind};
+use ccroute_wire::{
+    encode_header, Fetch, Message, Package, Shipping as WireShipping, Toolchain, ToolchainKey, ToolchainKind,
+};
 use tokio::sync::watch;
 
 /// Largest first frame of a fetch stream.
@@ -76,10 +78,12 @@ impl Shipping {
         let shippable: Vec<Toolchain> = toolchains.iter().filter(|t| t.kind != ToolchainKind::Test).cloned().collect();
         let changed = {
             let mut inner = self.lock();
-            let before: HashSet<ToolchainKey> = inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
+            let before: HashSet<ToolchainKey> =
+                inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
             inner.suppliers.insert(node, Supplier { arch: arch.to_owned(), toolchains: shippable });
             inner.conns.insert(node, conn.clone());
-            let after: HashSet<ToolchainKey> = inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
+            let after: HashSet<ToolchainKey> =
+                inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
             before != after
         };
         if changed {

@@ -143,9 +143,9 @@ pub(super) fn package(
 /// The directory of `PATH` where `name` is an executable, as listed there.
 fn in_path(name: &str) -> Option<PathBuf> {
     let dirs = std::env::var_os("PATH")?;
-    std::env::split_paths(&dirs).filter(|d| d.is_absolute()).find(|d| {
-        fs::metadata(d.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    std::env::split_paths(&dirs)
+        .filter(|d| d.is_absolute())
+        .find(|d| fs::metadata(d.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 struct Packer<'a> {
@@ -259,7 +259,8 @@ impl<'a> Packer<'a> {
             return Err(ToolchainError::Hash { path: physical.to_owned(), source: std::io::Error::other(msg) });
         }
         let (stamp, digest) = self.memo.digest(physical)?;
-        let meta = fs::metadata(physical).map_err(|source| ToolchainError::Hash { path: physical.to_owned(), source })?;
+        let meta =
+            fs::metadata(physical).map_err(|source| ToolchainError::Hash { path: physical.to_owned(), source })?;
         let executable = meta.permissions().mode() & 0o111 != 0;
         self.entries.insert(rel, EntryKind::File { digest, size: stamp.size, executable });
         self.sources.entry(digest).or_insert_with(|| physical.to_owned());
@@ -281,7 +282,8 @@ impl<'a> Packer<'a> {
                 self.add_program(&interp)?;
             }
             let origin = file.parent().unwrap_or(Path::new("/")).to_owned();
-            let expand = |dir: &str| PathBuf::from(dir.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", &lossy(&origin)));
+            let expand =
+                |dir: &str| PathBuf::from(dir.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", &lossy(&origin)));
             let mut dirs: Vec<PathBuf> = Vec::new();
             if deps.runpath.is_empty() {
                 dirs.extend(deps.rpath.iter().map(|d| expand(d)));

@@ -61,8 +61,8 @@ use tempfile::TempDir;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
 use crate::agent::shipped::Shipping;
+use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
 use crate::toolchain::test_toolchain;
 
 pub use scratch::{default_parent as default_scratch_parent, ROOT_PREFIX};

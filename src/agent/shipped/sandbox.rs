@@ -160,7 +160,11 @@ mod tests {
         args.extend(["/bin/sh", "-c", script].map(OsString::from));
         let out = Command::new(program).args(args).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "ifaces 1\n", "nothing but the task dir is visible or writable");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "ifaces 1\n",
+            "nothing but the task dir is visible or writable"
+        );
         assert_eq!(std::fs::read_to_string(task.path().join("out")).unwrap(), "ok\n");
     }
 }

@@ -269,7 +269,8 @@ impl Store {
             if state.bytes <= self.max_bytes {
                 return;
             }
-            let mut idle: Vec<(&ToolchainKey, &Slot)> = state.toolchains.iter().filter(|(_, s)| s.in_use == 0).collect();
+            let mut idle: Vec<(&ToolchainKey, &Slot)> =
+                state.toolchains.iter().filter(|(_, s)| s.in_use == 0).collect();
             idle.sort_by_key(|(_, s)| s.last_used);
             let mut over = state.bytes - self.max_bytes;
             let mut out = Vec::new();
@@ -407,7 +408,10 @@ fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &M
             EntryKind::Symlink { target } => std::os::unix::fs::symlink(target, &dest)?,
         }
     }
-    fs::write(tmp.join("package"), encode_package(&Package::Found { toolchain: toolchain.clone(), manifest: manifest.clone() }))?;
+    fs::write(
+        tmp.join("package"),
+        encode_package(&Package::Found { toolchain: toolchain.clone(), manifest: manifest.clone() }),
+    )?;
     for d in &dirs {
         fs::set_permissions(d, fs::Permissions::from_mode(0o555))?;
     }

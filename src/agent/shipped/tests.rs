@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use ccroute_wire::payload::compress;
 use ccroute_wire::{
-    BlobHeader, Entry, EntryKind, Fetch, Lang, Limits, Manifest, Message, Package, Toolchain, ToolchainKey, ToolchainKind,
+    BlobHeader, Entry, EntryKind, Fetch, Lang, Limits, Manifest, Message, Package, Toolchain, ToolchainKey,
+    ToolchainKind,
 };
 
 use super::store::Store;
@@ -31,7 +32,11 @@ fn offer(version: &str, files: &[(&str, &[u8], bool)]) -> Offer {
         .iter()
         .map(|(path, bytes, executable)| Entry {
             path: (*path).into(),
-            kind: EntryKind::File { digest: *blake3::hash(bytes).as_bytes(), size: bytes.len() as u64, executable: *executable },
+            kind: EntryKind::File {
+                digest: *blake3::hash(bytes).as_bytes(),
+                size: bytes.len() as u64,
+                executable: *executable,
+            },
         })
         .collect();
     entries.push(Entry { path: "lib".into(), kind: EntryKind::Symlink { target: "usr/lib".into() } });
@@ -65,7 +70,10 @@ struct Seen {
 
 /// A supplier on a QUIC connection: answers fetch streams from `offers`,
 /// corrupting the first sending of `corrupt_once`.
-async fn supplier(offers: Vec<Offer>, corrupt_once: Option<[u8; 32]>) -> (quinn::Connection, Arc<Seen>, tempfile::TempDir) {
+async fn supplier(
+    offers: Vec<Offer>,
+    corrupt_once: Option<[u8; 32]>,
+) -> (quinn::Connection, Arc<Seen>, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     tls::init(certs.path(), false).unwrap();
     let opts = TransportOptions::default();
@@ -90,7 +98,9 @@ async fn supplier(offers: Vec<Offer>, corrupt_once: Option<[u8; 32]>) -> (quinn:
                             seen.toolchain_requests.fetch_add(1, Ordering::SeqCst);
                             current = offers.iter().find(|o| o.toolchain.key() == key).cloned();
                             let answer = match &current {
-                                Some(o) => Package::Found { toolchain: o.toolchain.clone(), manifest: o.manifest.clone() },
+                                Some(o) => {
+                                    Package::Found { toolchain: o.toolchain.clone(), manifest: o.manifest.clone() }
+                                }
                                 None => Package::Unavailable("not here".into()),
                             };
                             writer.send(Message::Package(Box::new(answer)), Bytes::new()).await.unwrap();
@@ -142,7 +152,9 @@ async fn blobs_are_checked_shared_and_evicted_and_the_store_survives_a_restart()
     let root = lease.ready.root.clone();
     assert_eq!(std::fs::read(root.join("usr/lib/libc.so.6")).unwrap(), libc);
     assert_eq!(std::fs::read_link(root.join("lib")).unwrap(), std::path::Path::new("usr/lib"));
-    let mode = |p: &std::path::Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
+    let mode = |p: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
+    };
     assert_eq!(mode(&root.join("usr/bin/gcc")), 0o555);
     assert_eq!(mode(&root.join("usr/lib/libc.so.6")), 0o444);
     assert_eq!(mode(&root.join("usr/bin")), 0o555, "materialised read-only");
@@ -182,7 +194,8 @@ async fn bad_packages_are_refused_and_many_tasks_wait_on_one_fetch() {
     escaping.toolchain.binary_hash = escaping.manifest.id();
     // A package whose identity does not name its manifest.
     let mut lying = offer("14", &[("usr/bin/gcc", b"driver 14", true)]);
-    lying.manifest.entries[1] = Entry { path: "usr/bin/gcc".into(), kind: EntryKind::File { digest: [9; 32], size: 6, executable: true } };
+    lying.manifest.entries[1] =
+        Entry { path: "usr/bin/gcc".into(), kind: EntryKind::File { digest: [9; 32], size: 6, executable: true } };
     let (conn, seen, _certs) = supplier(vec![good.clone(), escaping.clone(), lying.clone()], None).await;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 1 << 30).unwrap();
