@@ -1,5 +1,5 @@
-//! The agent: the compile executor, the CPU sampler, and CPU-limited
-//! cgroups (toolchain discovery, shared with the consumerd, is
+//! The agent: the compile executor, the CPU sampler, CPU-limited cgroups,
+//! and the store and sandbox of toolchains shipped to it (toolchain discovery, shared with the consumerd, is
 //! [`crate::toolchain`]).
 
 pub mod cgroup;
@@ -8,4 +8,5 @@ pub mod daemon;
 #[cfg(feature = "daemon")]
 pub mod executor;
 pub mod sampler;
+#[cfg(feature = "daemon")]
 pub mod shipped;
