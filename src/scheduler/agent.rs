@@ -35,9 +35,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     // its architecture supplies, re-attached as that set changes.
     let ships = matches!(hello.body.shipping, ccroute_wire::Shipping::Ready(_));
     let mut supplied = state.shipping.subscribe();
-    supplied.mark_unchanged();
+    let generation = *supplied.borrow_and_update();
     let served = if ships { state.shipping.served_by(&arch, &native) } else { native.clone() };
-    state.shipping.set_agent(node, hello.body.shipping.clone(), &native);
+    state.shipping.set_agent(node, hello.body.shipping.clone(), &arch, &native, generation);
     let mut session = state.scheduler.connect_agent(peer_info(&hello), &served, hello.body.usage_limit);
     let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
     let (writer, reader) = match hs.welcome(welcome, &ServerState::control_stream()).await {
@@ -72,8 +72,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     let frame = Frame { message, payload: payload.unwrap_or_default() };
                     if let Message::ToolchainUpdate(u) = &frame.message {
                         if ships {
+                            let generation = *supplied.borrow_and_update();
                             session.set_toolchains(&state.shipping.served_by(&arch, &u.toolchains));
-                            state.shipping.set_agent(node, hello.body.shipping.clone(), &u.toolchains);
+                            state.shipping.set_agent(node, hello.body.shipping.clone(), &arch, &u.toolchains, generation);
                             continue;
                         }
                     }
@@ -97,7 +98,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
             }
             Ok(()) = supplied.changed(), if ships => {
+                let generation = *supplied.borrow_and_update();
                 session.set_toolchains(&state.shipping.served_by(&arch, &native));
+                state.shipping.attached(node, generation);
             }
             stream = conn.accept_bi() => match stream {
                 Ok((send, recv)) => {

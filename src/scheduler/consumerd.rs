@@ -30,13 +30,17 @@ use ccroute_core::{Answer, ConsumerdSession, Reply};
 /// How often the consumerd's preferred remote limit is checked for a change.
 const LIMIT_CHECK: Duration = Duration::from_millis(100);
 
+/// How long an announcement of new toolchains waits for the agents that
+/// can be shipped them to attach (see `shipping::Shipping::wait_attached`).
+const ATTACH_WAIT: Duration = Duration::from_millis(250);
+
 /// Serves one consumerd until its connection ends.
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
     let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
     let node = hello.body.node_id;
     let arch = hello.body.system.arch.clone();
-    state.shipping.set_supplier(node, &arch, &conn, &hello.body.toolchains);
+    let announced = state.shipping.set_supplier(node, &arch, &conn, &hello.body.toolchains);
     // Until the optimizer's next tick: an even share of the cluster (none
     // while it has no agent: every task would only come back to run locally).
     let share = scheduler.cluster_limit() / (scheduler.consumerds().len() as u32).max(1);
@@ -48,9 +52,13 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
+            state.shipping.remove_supplier(node);
             return;
         }
     };
+    if let Some(generation) = announced {
+        state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
+    }
     let budget = state.budget.clone();
     let cache = state.cache.clone();
     let (mut rx, mut readers) = spawn_readers(conn.clone(), reader, move |message: Message| {
@@ -87,7 +95,11 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 Some(Inbound::Frame { message, payload: Some(payload), ticket }) => {
                     let frame = Frame { message, payload };
                     if let Message::ToolchainUpdate(u) = &frame.message {
-                        state.shipping.set_supplier(node, &arch, &conn, &u.toolchains);
+                        // The task that follows an announcement should find
+                        // the agents it can be shipped to on its route.
+                        if let Some(generation) = state.shipping.set_supplier(node, &arch, &conn, &u.toolchains) {
+                            state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
+                        }
                     }
                     if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
                         break Err(why);

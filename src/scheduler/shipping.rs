@@ -26,7 +26,7 @@ use ccroute_wire::codec::decode_message;
 use ccroute_wire::{
     encode_header, Fetch, Message, Package, Shipping as WireShipping, Toolchain, ToolchainKey, ToolchainKind,
 };
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// Largest first frame of a fetch stream.
 const MAX_REQUEST: u32 = 64 << 10;
@@ -44,6 +44,9 @@ struct Supplier {
 struct AgentShipping {
     state: WireShipping,
     native: HashSet<ToolchainKey>,
+    arch: String,
+    /// The supplied set's generation it is attached to.
+    attached: u64,
 }
 
 #[derive(Debug, Default)]
@@ -58,12 +61,15 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct Shipping {
     inner: Mutex<Inner>,
+    /// The supplied set's generation, bumped on every change.
     changed: watch::Sender<u64>,
+    /// Woken when an agent re-attached.
+    attached: Notify,
 }
 
 impl Default for Shipping {
     fn default() -> Self {
-        Shipping { inner: Mutex::default(), changed: watch::Sender::new(0) }
+        Shipping { inner: Mutex::default(), changed: watch::Sender::new(0), attached: Notify::new() }
     }
 }
 
@@ -73,8 +79,15 @@ impl Shipping {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A consumerd supplies `toolchains` (its announced set, replacing the last).
-    pub(crate) fn set_supplier(&self, node: u128, arch: &str, conn: &quinn::Connection, toolchains: &[Toolchain]) {
+    /// A consumerd supplies `toolchains` (its announced set, replacing the
+    /// last). Returns the new generation when the supplied set changed.
+    pub(crate) fn set_supplier(
+        &self,
+        node: u128,
+        arch: &str,
+        conn: &quinn::Connection,
+        toolchains: &[Toolchain],
+    ) -> Option<u64> {
         let shippable: Vec<Toolchain> = toolchains.iter().filter(|t| t.kind != ToolchainKind::Test).cloned().collect();
         let changed = {
             let mut inner = self.lock();
@@ -86,9 +99,42 @@ impl Shipping {
                 inner.suppliers.values().flat_map(|s| s.toolchains.iter().map(Toolchain::key)).collect();
             before != after
         };
-        if changed {
+        changed.then(|| {
             self.changed.send_modify(|g| *g += 1);
+            *self.changed.borrow()
+        })
+    }
+
+    /// Waits, at most `limit`, until every agent of `arch` that runs shipped
+    /// toolchains is attached to generation `generation`: so that the task
+    /// that follows an announcement finds them on its route instead of
+    /// being sent back to compile locally.
+    pub(crate) async fn wait_attached(&self, arch: &str, generation: u64, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.attached.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let behind = self
+                .lock()
+                .agents
+                .values()
+                .any(|a| matches!(a.state, WireShipping::Ready(_)) && a.arch == arch && a.attached < generation);
+            if !behind {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
         }
+    }
+
+    /// An agent re-attached to its routes for generation `generation`.
+    pub(crate) fn attached(&self, node: u128, generation: u64) {
+        if let Some(a) = self.lock().agents.get_mut(&node) {
+            a.attached = a.attached.max(generation);
+        }
+        self.attached.notify_waiters();
     }
 
     /// A consumerd left.
@@ -124,10 +170,13 @@ impl Shipping {
         out
     }
 
-    /// An agent joined, with its shipping state and installed compilers.
-    pub(crate) fn set_agent(&self, node: u128, state: WireShipping, native: &[Toolchain]) {
+    /// An agent joined (or re-announced), with its shipping state, its
+    /// architecture, its installed compilers, and the supplied set's
+    /// generation its routes reflect.
+    pub(crate) fn set_agent(&self, node: u128, state: WireShipping, arch: &str, native: &[Toolchain], generation: u64) {
         let native = native.iter().map(Toolchain::key).collect();
-        self.lock().agents.insert(node, AgentShipping { state, native });
+        self.lock().agents.insert(node, AgentShipping { state, native, arch: arch.to_owned(), attached: generation });
+        self.attached.notify_waiters();
     }
 
     /// An agent left.
@@ -270,12 +319,36 @@ mod tests {
         let served = s.served_by("x86_64", &native);
         assert_eq!(served.len(), 2, "the native one is not listed twice");
         assert!(s.served_by("aarch64", &native).len() == 1, "another architecture gets none");
-        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), &native);
+        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), "x86_64", &native, 0);
         assert_eq!(s.shipped_to(tc("11.4", ToolchainKind::Gnu).key(), &[9]), vec![9]);
         assert!(s.shipped_to(tc("12", ToolchainKind::Gnu).key(), &[9]).is_empty());
         s.remove_supplier(1);
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
         assert_eq!(s.served_by("x86_64", &native), native);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_announcement_waits_for_the_shipping_agents_to_attach() {
+        let s = std::sync::Arc::new(Shipping::default());
+        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), "x86_64", &[], 0);
+        s.set_agent(10, WireShipping::Off, "x86_64", &[], 0);
+        s.set_agent(11, WireShipping::Ready("bubblewrap".into()), "aarch64", &[], 0);
+        let waiter = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let t = tokio::time::Instant::now();
+                s.wait_attached("x86_64", 1, Duration::from_secs(5)).await;
+                t.elapsed()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        s.attached(9, 1);
+        let waited = waiter.await.unwrap();
+        assert_eq!(waited, Duration::from_millis(30), "only the shipping agent of that architecture is waited for");
+        // An agent that never attaches costs the limit, no more.
+        let t = tokio::time::Instant::now();
+        s.wait_attached("x86_64", 2, Duration::from_millis(250)).await;
+        assert_eq!(t.elapsed(), Duration::from_millis(250));
     }
 }
