@@ -380,3 +380,84 @@ fn an_agent_without_a_sandbox_says_so_and_serves_its_own_compilers() {
         .unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("unavailable: bubblewrap (bwrap) is not installed"));
 }
+
+/// A consumerd that announces a toolchain and then supplies a package that
+/// would write outside the toolchain root: the agent refuses it and writes
+/// nothing, the task comes back to compile locally; a toolchain nobody
+/// announced is sent back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_outside_its_root_is_refused_and_the_unit_compiles_locally() {
+    use ccroute_wire::{Entry, EntryKind, Fetch, Lang, Manifest, Outcome, Package, Toolchain, ToolchainKind};
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    let store = c.dir.path().join("store");
+    let store_arg = store.display().to_string();
+    c.start_agent(&["--no-discover", "--store-dir", &store_arg]);
+    let mut entries = vec![
+        Entry { path: "usr/bin/gcc".into(), kind: EntryKind::File { digest: [1; 32], size: 1, executable: true } },
+        Entry {
+            path: "usr/../../../etc/ccroute-pwned".into(),
+            kind: EntryKind::File { digest: [2; 32], size: 1, executable: false },
+        },
+    ];
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifest =
+        Manifest { driver: "usr/bin/gcc".into(), arch: std::env::consts::ARCH.into(), search_path: vec![], entries };
+    let toolchain = Toolchain {
+        kind: ToolchainKind::Gnu,
+        lang: Lang::C,
+        compiler: "gcc".into(),
+        target: "x86_64-linux-gnu".into(),
+        version: "99".into(),
+        pic_default: true,
+        pie_default: true,
+        binary_hash: manifest.id(),
+    };
+    let addr = c.addr.unwrap();
+    let mut raw =
+        common::raw::RawConsumerd::connect_with(&c.tls, addr, vec![toolchain.clone()], ccroute::net::system_info())
+            .await;
+    // Answer every fetch stream with the hostile package.
+    let conn = raw.conn.clone();
+    let answer = Package::Found { toolchain: toolchain.clone(), manifest };
+    tokio::spawn(async move {
+        while let Ok((send, recv)) = conn.accept_bi().await {
+            let peer = conn.remote_address();
+            let mut reader = ccroute::net::FrameReader::new(recv, peer, ccroute_wire::Limits::DEFAULT);
+            let writer = ccroute::net::FrameWriter::spawn(send, peer, 2);
+            if let Ok(Some(f)) = reader.next().await {
+                assert!(matches!(f.message, ccroute_wire::Message::Fetch(Fetch::Toolchain(_))));
+                let _ =
+                    writer.send(ccroute_wire::Message::Package(Box::new(answer.clone())), bytes::Bytes::new()).await;
+            }
+            while let Ok(Some(_)) = reader.next().await {}
+        }
+    });
+    // The agent is put on the announced route.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = tokio::task::block_in_place(|| c.status());
+        let on_route =
+            s["routes"].as_array().unwrap().iter().any(|r| r["shipped_to"].as_array().is_some_and(|a| !a.is_empty()));
+        if on_route {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the shipping agent never joined the route: {s}\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let spec = common::raw::spec(0);
+    raw.send_for(toolchain.key(), 1, &spec, b"int x;\n", None).await;
+    let (header, _) = raw.result().await;
+    match &header.outcome {
+        Outcome::InternalError(why) => assert!(why.contains("not a relative path inside the toolchain root"), "{why}"),
+        other => panic!("expected the agent to refuse the package, got {other:?}\n{}", c.logs()),
+    }
+    assert!(header.outcome.runs_locally());
+    assert!(!Path::new("/etc/ccroute-pwned").exists());
+    let tree: Vec<PathBuf> = common::files(&store, |_| true);
+    assert!(tree.is_empty(), "nothing was written: {tree:?}");
+    // A toolchain nobody announced: sent back to compile locally at once.
+    raw.send_for(ccroute_wire::ToolchainKey(7), 2, &spec, b"int y;\n", None).await;
+    let (header, _) = raw.result().await;
+    assert!(header.outcome.runs_locally(), "{:?}", header.outcome);
+}

@@ -37,6 +37,16 @@ pub fn honest_key(spec: &TaskSpec, source: &[u8]) -> CacheKey {
 impl RawConsumerd {
     /// Connects and shakes hands as a consumerd.
     pub async fn connect(tls_dir: &Path, addr: SocketAddr) -> RawConsumerd {
+        Self::connect_with(tls_dir, addr, vec![test_toolchain()], SystemInfo::default()).await
+    }
+
+    /// Connects announcing `toolchains`, as a host described by `system`.
+    pub async fn connect_with(
+        tls_dir: &Path,
+        addr: SocketAddr,
+        toolchains: Vec<ccroute_wire::Toolchain>,
+        system: SystemInfo,
+    ) -> RawConsumerd {
         let identity = tls::load(tls_dir, CertRole::Consumerd).unwrap();
         let endpoint = net::client_endpoint(&identity, &TransportOptions::default(), addr).unwrap();
         let conn = net::connect(&endpoint, addr).await.unwrap();
@@ -46,8 +56,8 @@ impl RawConsumerd {
                 role: Role::Consumerd,
                 node_id: 0x5eed,
                 host_name: "raw".into(),
-                system: SystemInfo::default(),
-                toolchains: vec![test_toolchain()],
+                system,
+                toolchains,
                 usage_limit: 0,
                 shipping: ccroute_wire::Shipping::Off,
             },
@@ -59,14 +69,21 @@ impl RawConsumerd {
 
     /// Sends one test-toolchain task claiming `key` (none: not cacheable).
     pub async fn send(&self, id: u64, spec: &TaskSpec, source: &[u8], key: Option<CacheKey>) {
+        self.send_for(test_toolchain().key(), id, spec, source, key).await;
+    }
+
+    /// Sends one task for `toolchain`.
+    pub async fn send_for(
+        &self,
+        toolchain: ccroute_wire::ToolchainKey,
+        id: u64,
+        spec: &TaskSpec,
+        source: &[u8],
+        key: Option<CacheKey>,
+    ) {
         let (packed, info) = payload::compress(source);
-        let header = TaskHeader {
-            task_id: id,
-            toolchain: test_toolchain().key(),
-            cache_key: key,
-            spec: codec::encode_spec(spec),
-            payload: info,
-        };
+        let header =
+            TaskHeader { task_id: id, toolchain, cache_key: key, spec: codec::encode_spec(spec), payload: info };
         let packed = Bytes::from(packed);
         if packed.len() <= INLINE_PAYLOAD_MAX {
             self.writer.send(Message::Task(header), packed).await.unwrap();
