@@ -515,8 +515,12 @@ start_ccroute() {
     wait_for "ccroute scheduler" 20 grep -q "listening on" "$dir/scheduler.out"
     CCROUTE_SCHEDULER_ADDR=$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$dir/scheduler.out" | head -n 1)
     [[ -n $CCROUTE_SCHEDULER_ADDR ]] || die "cannot read the scheduler's address from $dir/scheduler.out"
-    "$CCROUTE" agent --scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" --name peers-agent \
-        >"$dir/agent.out" 2>"$dir/agent.log" &
+    # The agent has this host's compilers: nothing to ship, no store in $HOME.
+    local agent_args=(--scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" --name peers-agent)
+    if "$CCROUTE" agent --help 2>/dev/null | grep -q -- '--no-shipping'; then
+        agent_args+=(--no-shipping)
+    fi
+    "$CCROUTE" agent "${agent_args[@]}" >"$dir/agent.out" 2>"$dir/agent.log" &
     PIDS+=($!)
     # Default mode: local slots = CPUs, the rest remote; its direct-mode
     # cache and local tier in the work directory (each cold round includes a

@@ -125,6 +125,9 @@ impl LocalCluster {
             agent.discover = config.discover;
             agent.test_toolchain = config.test_toolchain;
             agent.host_name = format!("agent-{}", i + 1);
+            // Agents of one host have its compilers: nothing to ship, and no
+            // store to make in the user's cache directory.
+            agent.shipping = None;
             let stopped = stop.clone();
             tasks.spawn(async move {
                 if let Err(e) = crate::agent::daemon::run(agent, stopped).await {

@@ -28,6 +28,11 @@ use ccroute_wire::{
 };
 use tokio::sync::{watch, Notify};
 
+/// Most toolchains one consumerd supplies: shipping agents attach to every
+/// supplied route, so a consumerd announcing thousands must not make every
+/// agent join thousands of routes.
+pub(crate) const MAX_SUPPLIED: usize = 64;
+
 /// Largest first frame of a fetch stream.
 const MAX_REQUEST: u32 = 64 << 10;
 
@@ -88,7 +93,16 @@ impl Shipping {
         conn: &quinn::Connection,
         toolchains: &[Toolchain],
     ) -> Option<u64> {
-        let shippable: Vec<Toolchain> = toolchains.iter().filter(|t| t.kind != ToolchainKind::Test).cloned().collect();
+        let mut shippable: Vec<Toolchain> =
+            toolchains.iter().filter(|t| t.kind != ToolchainKind::Test).cloned().collect();
+        if shippable.len() > MAX_SUPPLIED {
+            tracing::warn!(
+                announced = shippable.len(),
+                kept = MAX_SUPPLIED,
+                "a consumerd announced more toolchains than are shipped for one consumerd; the rest run only on agents that have them"
+            );
+            shippable.truncate(MAX_SUPPLIED);
+        }
         let changed = {
             let mut inner = self.lock();
             let before: HashSet<ToolchainKey> =

@@ -512,6 +512,25 @@ mod tests {
         assert_eq!(again.package.manifest.id(), m.id());
     }
 
+    /// clang++: run by that name beside its real file, with its resource
+    /// directory's headers but not its run-time libraries, and libLLVM.
+    #[test]
+    fn clang_brings_its_resource_dir_and_its_libraries() {
+        let program = Path::new("/usr/bin/clang++");
+        let Ok(resolved) = fs::canonicalize(program) else {
+            return crate::test_env::lacking("clang++", "not installed");
+        };
+        let memo = DigestMemo::default();
+        let probe = Probe::new(program, super::super::PROBE_TIME_LIMIT);
+        let packaged = package(&resolved, ToolchainKind::Clang, "clang++", &probe, &memo).unwrap();
+        let m = &packaged.package.manifest;
+        assert_eq!(m.validate(), Ok(()));
+        assert!(m.driver.ends_with("/clang++"), "{}", m.driver);
+        assert!(m.entries.iter().any(|e| e.path.ends_with("/include/stddef.h")), "resource headers travel");
+        assert!(m.entries.iter().any(|e| e.path.contains("libLLVM") || e.path.contains("libclang-cpp")));
+        assert!(!m.entries.iter().any(|e| e.path.contains("/lib/linux/libclang_rt")), "run-time libraries stay");
+    }
+
     #[test]
     fn links_are_recorded_on_the_way_to_a_file() {
         let tmp = tempfile::tempdir().unwrap();
