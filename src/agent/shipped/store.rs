@@ -362,7 +362,10 @@ fn ready(key: ToolchainKey, toolchain: Toolchain, manifest: &Manifest, root: Pat
     }
     let mut path_env: Vec<String> = manifest.search_path.iter().map(|d| format!("/{d}")).collect();
     if let Some((dir, _)) = manifest.driver.rsplit_once('/') {
-        path_env.push(format!("/{dir}"));
+        let dir = format!("/{dir}");
+        if !path_env.contains(&dir) {
+            path_env.push(dir);
+        }
     }
     Ready {
         driver: PathBuf::from(format!("/{}", manifest.driver)),
