@@ -461,3 +461,29 @@ async fn a_package_outside_its_root_is_refused_and_the_unit_compiles_locally() {
     let (header, _) = raw.result().await;
     assert!(header.outcome.runs_locally(), "{:?}", header.outcome);
 }
+
+/// clang and clang++ shipped to an agent that offers no compiler of its own
+/// (`--no-discover`): its binary, libLLVM and libclang-cpp, and its resource
+/// headers travel; the objects are the local clang's.
+#[test]
+fn a_shipped_clang_compiles_the_sample_as_the_local_one() {
+    require("clang", "(Debian: clang)");
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    let store = c.dir.path().join("store").display().to_string();
+    c.start_agent(&["--no-discover", "--store-dir", &store, "-j", "2"]);
+    c.start_consumerd_with(1, true, &["--no-local-cache"]);
+    c.wait_ready(1);
+    let dir = c.dir.path().join("sample");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("sample"), &dir);
+    let (local, remote) = build_twice(&dir, "clang", "clang++", "-O2 -Wall", &c.wrapper_env());
+    assert_same_objects(&local, &remote);
+    let status = c.status();
+    let routes = status["routes"].as_array().unwrap();
+    assert_eq!(routes.len(), 2, "clang and clang++: {status}");
+    for r in routes {
+        assert_eq!(r["shipped_to"].as_array().map(Vec::len), Some(1), "{r}");
+    }
+    let done = status["agents"][0]["completed"].as_u64().unwrap();
+    assert!(done >= 4 && status["agents"][0]["failed"] == 0, "{status}\n{}", c.logs());
+}
