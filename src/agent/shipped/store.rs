@@ -154,6 +154,12 @@ impl Store {
                 }
             }
         }
+        // A fetch's temporary files, left by a crash.
+        for (path, _) in blob_files(&dir.join("blobs")) {
+            if blob_digest(&path).is_none() {
+                let _ = fs::remove_file(&path);
+            }
+        }
         state.bytes = blob_bytes(&dir.join("blobs"));
         tracing::info!(
             dir = %dir.display(),
@@ -236,7 +242,7 @@ impl Store {
         let io_err = |e: io::Error| StoreError::Io { key, why: e.to_string() };
         let dir = self.dir.clone();
         let (toolchain, manifest) = (fetched.toolchain.clone(), fetched.manifest.clone());
-        let ready = tokio::task::spawn_blocking(move || materialize(&dir, key, toolchain, &manifest))
+        let (ready, copied) = tokio::task::spawn_blocking(move || materialize(&dir, key, toolchain, &manifest))
             .await
             .map_err(|e| StoreError::Io { key, why: e.to_string() })?
             .map_err(io_err)?;
@@ -253,7 +259,7 @@ impl Store {
         );
         {
             let mut state = self.lock();
-            state.bytes += fetched.raw_bytes;
+            state.bytes += fetched.raw_bytes + copied;
             state.toolchains.insert(key, Slot { ready: Arc::new(ready), in_use: 0, last_used: Instant::now() });
         }
         drop(pins);
@@ -379,8 +385,9 @@ fn ready(key: ToolchainKey, toolchain: Toolchain, manifest: &Manifest, root: Pat
 }
 
 /// Builds the tree of `manifest` from the blobs (all present), under a
-/// temporary name, then renames it into place.
-fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &Manifest) -> io::Result<Ready> {
+/// temporary name, then renames it into place. Also returns the bytes of
+/// blob copies it made (a content used both executable and not).
+fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &Manifest) -> io::Result<(Ready, u64)> {
     let blobs = dir.join("blobs");
     let final_dir = dir.join("toolchains").join(key_name(key));
     let tmp = dir.join("toolchains").join(format!(".{}.{}", key_name(key), std::process::id()));
@@ -388,6 +395,7 @@ fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &M
     let root = tmp.join("root");
     fs::create_dir_all(&root)?;
     let mut dirs = vec![root.clone()];
+    let mut copied = 0;
     for e in &manifest.entries {
         // Validated: relative, normalised, nothing below a link or a file.
         let dest = root.join(&e.path);
@@ -404,8 +412,11 @@ fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &M
             }
         }
         match &e.kind {
-            EntryKind::File { digest, executable, .. } => {
-                let src = ensure_variant(&blobs, digest, *executable)?;
+            EntryKind::File { digest, executable, size } => {
+                let (src, made) = ensure_variant(&blobs, digest, *executable)?;
+                if made {
+                    copied += size;
+                }
                 fs::hard_link(&src, &dest)?;
             }
             EntryKind::Symlink { target } => std::os::unix::fs::symlink(target, &dest)?,
@@ -420,21 +431,23 @@ fn materialize(dir: &Path, key: ToolchainKey, toolchain: Toolchain, manifest: &M
     }
     remove_tree(&final_dir);
     fs::rename(&tmp, &final_dir)?;
-    Ok(ready(key, toolchain, manifest, final_dir.join("root")))
+    Ok((ready(key, toolchain, manifest, final_dir.join("root")), copied))
 }
 
-/// The blob with the mode asked for, copying the other variant if need be.
-fn ensure_variant(blobs: &Path, digest: &[u8; 32], executable: bool) -> io::Result<PathBuf> {
+/// The blob with the mode asked for, copying the other variant if need be
+/// (then `true`).
+fn ensure_variant(blobs: &Path, digest: &[u8; 32], executable: bool) -> io::Result<(PathBuf, bool)> {
     let want = blob_path(blobs, digest, executable);
     if want.exists() {
-        return Ok(want);
+        return Ok((want, false));
     }
     let other = blob_path(blobs, digest, !executable);
-    let tmp = want.with_extension("tmp");
-    fs::copy(&other, &tmp)?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
-    fs::rename(&tmp, &want)?;
-    Ok(want)
+    // A name of its own: two toolchains may be materialised at once.
+    let tmp = tempfile::NamedTempFile::new_in(want.parent().unwrap_or(blobs))?;
+    fs::copy(&other, tmp.path())?;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
+    tmp.persist(&want).map_err(|e| e.error)?;
+    Ok((want, true))
 }
 
 /// Sets a file's modification time to now (the toolchain's last use).
@@ -482,26 +495,33 @@ fn blob_bytes(blobs: &Path) -> u64 {
 }
 
 /// Removes blob files no tree links to (link count 1) and not pinned;
-/// returns the bytes freed.
+/// returns the bytes freed. Files not named like a blob (a fetch's
+/// temporary file being written) are left alone.
 fn collect_blobs(blobs: &Path, pinned: &HashSet<[u8; 32]>) -> u64 {
     let mut freed = 0;
     for (path, meta) in blob_files(blobs) {
         if meta.nlink() > 1 {
             continue;
         }
-        let digest = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|h| blake3::Hash::from_hex(h).ok())
-            .map(|h| *h.as_bytes());
-        if digest.is_some_and(|d| pinned.contains(&d)) {
-            continue;
+        match blob_digest(&path) {
+            Some(d) if !pinned.contains(&d) => {}
+            _ => continue,
         }
         if fs::remove_file(&path).is_ok() {
             freed += meta.len();
         }
     }
     freed
+}
+
+/// The digest a blob file is named by (`<hex>.r` or `<hex>.x`).
+fn blob_digest(path: &Path) -> Option<[u8; 32]> {
+    let ext = path.extension().and_then(|e| e.to_str())?;
+    if ext != "r" && ext != "x" {
+        return None;
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str())?;
+    blake3::Hash::from_hex(stem).ok().map(|h| *h.as_bytes())
 }
 
 /// How long a fetch may go without a frame before it is abandoned.

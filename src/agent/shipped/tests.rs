@@ -171,9 +171,13 @@ async fn blobs_are_checked_shared_and_evicted_and_the_store_survives_a_restart()
     assert_eq!(std::fs::read(lease11.ready.root.join("usr/lib/libc.so.6")).unwrap(), libc, "its shared blob survived");
     drop(lease11);
 
-    // A restart keeps what was whole.
+    // A restart keeps what was whole and removes a crashed fetch's temporary file.
     drop(store);
+    let leftover = dir.path().join("blobs").join("ab").join(".tmpXYZ");
+    std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+    std::fs::write(&leftover, b"half a blob").unwrap();
     let reopened = Store::open(dir.path(), 5030).unwrap();
+    assert!(!leftover.exists());
     assert!(reopened.has(key_of(&gcc11)));
     let before = seen.toolchain_requests.load(Ordering::SeqCst);
     let again = reopened.lease(key_of(&gcc11), &conn).await.unwrap();
