@@ -76,7 +76,15 @@ impl Supply {
                         tracing::warn!("an agent asked for blobs before naming a toolchain; stream closed");
                         return;
                     };
-                    for digest in digests {
+                    // Each of its files once: a request that repeats a large
+                    // digest must not make this machine read it again and again.
+                    let mut seen = HashSet::new();
+                    let wanted: Vec<[u8; 32]> = digests.into_iter().filter(|d| seen.insert(*d)).collect();
+                    if wanted.len() > package.sources.len() {
+                        tracing::warn!("an agent asked for more blobs than the toolchain has; stream closed");
+                        return;
+                    }
+                    for digest in wanted {
                         let path = package.sources.get(&digest).cloned();
                         let read = tokio::task::spawn_blocking(move || path.and_then(|p| read_blob(&p, &digest)));
                         let (header, payload) = match read.await.ok().flatten() {

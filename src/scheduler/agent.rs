@@ -28,9 +28,9 @@ const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
 /// Serves one agent until its connection ends.
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
-    let node = hello.body.node_id;
+    let node = (hello.body.node_id, conn.stable_id());
     let arch = hello.body.system.arch.clone();
-    let native = hello.body.toolchains.clone();
+    let mut native = hello.body.toolchains.clone();
     // An agent that runs shipped toolchains serves every one a consumerd of
     // its architecture supplies, re-attached as that set changes.
     let ships = matches!(hello.body.shipping, ccroute_wire::Shipping::Ready(_));
@@ -44,6 +44,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(error = %e, "handshake failed after the hello");
+            state.shipping.remove_agent(node);
             return;
         }
     };
@@ -73,8 +74,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     if let Message::ToolchainUpdate(u) = &frame.message {
                         if ships {
                             let generation = *supplied.borrow_and_update();
-                            session.set_toolchains(&state.shipping.served_by(&arch, &u.toolchains));
-                            state.shipping.set_agent(node, hello.body.shipping.clone(), &arch, &u.toolchains, generation);
+                            native.clone_from(&u.toolchains);
+                            session.set_toolchains(&state.shipping.served_by(&arch, &native));
+                            state.shipping.set_agent(node, hello.body.shipping.clone(), &arch, &native, generation);
                             continue;
                         }
                     }

@@ -38,7 +38,7 @@ const ATTACH_WAIT: Duration = Duration::from_millis(250);
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
     let mut session = scheduler.connect_consumerd(peer_info(&hello), &hello.body.toolchains);
-    let node = hello.body.node_id;
+    let node = (hello.body.node_id, conn.stable_id());
     let arch = hello.body.system.arch.clone();
     let announced = state.shipping.set_supplier(node, &arch, &conn, &hello.body.toolchains);
     // Until the optimizer's next tick: an even share of the cluster (none

@@ -45,6 +45,11 @@ struct Supplier {
     toolchains: Vec<Toolchain>,
 }
 
+/// A session: the peer's node id and its connection's id. Node ids survive
+/// reconnects, so an old session that ends late must not remove its
+/// successor's entry.
+pub(crate) type SessionKey = (u128, usize);
+
 #[derive(Debug, Clone)]
 struct AgentShipping {
     state: WireShipping,
@@ -56,10 +61,10 @@ struct AgentShipping {
 
 #[derive(Debug, Default)]
 struct Inner {
-    suppliers: HashMap<u128, Supplier>,
+    suppliers: HashMap<SessionKey, Supplier>,
     /// Each supplier's connection, to relay fetches to.
-    conns: HashMap<u128, quinn::Connection>,
-    agents: HashMap<u128, AgentShipping>,
+    conns: HashMap<SessionKey, quinn::Connection>,
+    agents: HashMap<SessionKey, AgentShipping>,
 }
 
 /// See the module doc.
@@ -88,7 +93,7 @@ impl Shipping {
     /// last). Returns the new generation when the supplied set changed.
     pub(crate) fn set_supplier(
         &self,
-        node: u128,
+        node: SessionKey,
         arch: &str,
         conn: &quinn::Connection,
         toolchains: &[Toolchain],
@@ -144,7 +149,7 @@ impl Shipping {
     }
 
     /// An agent re-attached to its routes for generation `generation`.
-    pub(crate) fn attached(&self, node: u128, generation: u64) {
+    pub(crate) fn attached(&self, node: SessionKey, generation: u64) {
         if let Some(a) = self.lock().agents.get_mut(&node) {
             a.attached = a.attached.max(generation);
         }
@@ -152,7 +157,7 @@ impl Shipping {
     }
 
     /// A consumerd left.
-    pub(crate) fn remove_supplier(&self, node: u128) {
+    pub(crate) fn remove_supplier(&self, node: SessionKey) {
         let removed = {
             let mut inner = self.lock();
             inner.conns.remove(&node);
@@ -187,26 +192,40 @@ impl Shipping {
     /// An agent joined (or re-announced), with its shipping state, its
     /// architecture, its installed compilers, and the supplied set's
     /// generation its routes reflect.
-    pub(crate) fn set_agent(&self, node: u128, state: WireShipping, arch: &str, native: &[Toolchain], generation: u64) {
+    pub(crate) fn set_agent(
+        &self,
+        node: SessionKey,
+        state: WireShipping,
+        arch: &str,
+        native: &[Toolchain],
+        generation: u64,
+    ) {
         let native = native.iter().map(Toolchain::key).collect();
         self.lock().agents.insert(node, AgentShipping { state, native, arch: arch.to_owned(), attached: generation });
         self.attached.notify_waiters();
     }
 
     /// An agent left.
-    pub(crate) fn remove_agent(&self, node: u128) {
+    pub(crate) fn remove_agent(&self, node: SessionKey) {
         self.lock().agents.remove(&node);
     }
 
     /// An agent's shipping state, for `status`.
     pub(crate) fn agent_state(&self, node: u128) -> WireShipping {
-        self.lock().agents.get(&node).map(|a| a.state.clone()).unwrap_or_default()
+        let inner = self.lock();
+        // The newest session of that node (the highest connection id).
+        let newest = inner.agents.iter().filter(|((n, _), _)| *n == node).max_by_key(|((_, c), _)| *c);
+        newest.map(|(_, a)| a.state.clone()).unwrap_or_default()
     }
 
     /// Of `agents` on the route `key`, those that serve it shipped.
     pub(crate) fn shipped_to(&self, key: ToolchainKey, agents: &[u128]) -> Vec<u128> {
         let inner = self.lock();
-        agents.iter().copied().filter(|a| inner.agents.get(a).is_some_and(|s| !s.native.contains(&key))).collect()
+        agents
+            .iter()
+            .copied()
+            .filter(|a| inner.agents.iter().any(|((n, _), s)| n == a && !s.native.contains(&key)))
+            .collect()
     }
 
     fn supplier_of(&self, key: ToolchainKey) -> Option<quinn::Connection> {
@@ -240,10 +259,15 @@ pub(crate) async fn relay(shipping: &Shipping, mut a_send: quinn::SendStream, mu
         let _ = a_send.finish();
         return;
     };
-    let (mut c_send, mut c_recv) = match conn.open_bi().await {
-        Ok(s) => s,
-        Err(e) => {
+    let (mut c_send, mut c_recv) = match tokio::time::timeout(REQUEST_TIMEOUT, conn.open_bi()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
             tracing::warn!(%key, error = %e, "cannot open a fetch stream to the consumerd");
+            let _ = a_send.reset(0u32.into());
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%key, "the consumerd has no fetch stream free for 10 s; the agent's fetch fails");
             let _ = a_send.reset(0u32.into());
             return;
         }
@@ -324,7 +348,7 @@ mod tests {
         let native = vec![tc("12", ToolchainKind::Gnu)];
         assert_eq!(s.served_by("x86_64", &native), native);
         s.lock().suppliers.insert(
-            1,
+            (1, 1),
             Supplier {
                 arch: "x86_64".into(),
                 toolchains: vec![tc("11.4", ToolchainKind::Gnu), tc("12", ToolchainKind::Gnu)],
@@ -333,10 +357,15 @@ mod tests {
         let served = s.served_by("x86_64", &native);
         assert_eq!(served.len(), 2, "the native one is not listed twice");
         assert!(s.served_by("aarch64", &native).len() == 1, "another architecture gets none");
-        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), "x86_64", &native, 0);
+        s.set_agent((9, 1), WireShipping::Ready("bubblewrap".into()), "x86_64", &native, 0);
         assert_eq!(s.shipped_to(tc("11.4", ToolchainKind::Gnu).key(), &[9]), vec![9]);
         assert!(s.shipped_to(tc("12", ToolchainKind::Gnu).key(), &[9]).is_empty());
-        s.remove_supplier(1);
+        // An old session of that node ending late leaves the new one alone.
+        s.remove_agent((9, 0));
+        assert!(matches!(s.agent_state(9), WireShipping::Ready(_)));
+        s.remove_supplier((1, 0));
+        assert_eq!(s.served_by("x86_64", &native).len(), 2);
+        s.remove_supplier((1, 1));
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
         assert_eq!(s.served_by("x86_64", &native), native);
@@ -345,9 +374,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_announcement_waits_for_the_shipping_agents_to_attach() {
         let s = std::sync::Arc::new(Shipping::default());
-        s.set_agent(9, WireShipping::Ready("bubblewrap".into()), "x86_64", &[], 0);
-        s.set_agent(10, WireShipping::Off, "x86_64", &[], 0);
-        s.set_agent(11, WireShipping::Ready("bubblewrap".into()), "aarch64", &[], 0);
+        s.set_agent((9, 1), WireShipping::Ready("bubblewrap".into()), "x86_64", &[], 0);
+        s.set_agent((10, 2), WireShipping::Off, "x86_64", &[], 0);
+        s.set_agent((11, 3), WireShipping::Ready("bubblewrap".into()), "aarch64", &[], 0);
         let waiter = {
             let s = s.clone();
             tokio::spawn(async move {
@@ -357,7 +386,7 @@ mod tests {
             })
         };
         tokio::time::sleep(Duration::from_millis(30)).await;
-        s.attached(9, 1);
+        s.attached((9, 1), 1);
         let waited = waiter.await.unwrap();
         assert_eq!(waited, Duration::from_millis(30), "only the shipping agent of that architecture is waited for");
         // An agent that never attaches costs the limit, no more.

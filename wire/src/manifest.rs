@@ -27,6 +27,9 @@ pub const MANIFEST_DOMAIN: &str = "ccroute toolchain manifest v1";
 /// Most entries a manifest may have.
 pub const MAX_ENTRIES: usize = 100_000;
 
+/// Top-level names the sandbox mounts itself.
+pub const RESERVED: [&str; 2] = ["proc", "dev"];
+
 /// Longest path or link target, in bytes.
 pub const MAX_PATH: usize = 4096;
 
@@ -101,6 +104,12 @@ pub enum ManifestError {
         /// Its target.
         target: String,
     },
+    /// A top-level entry where the sandbox mounts its own (`proc`, `dev`).
+    #[error("manifest path {0:?} is reserved for the sandbox")]
+    Reserved(String),
+    /// One content listed with two sizes.
+    #[error("manifest lists one digest with two sizes (at {0:?})")]
+    SizeMismatch(String),
     /// The driver is not an executable file or a link of the manifest.
     #[error("manifest driver {0:?} is not an executable file or a link it lists")]
     BadDriver(String),
@@ -164,9 +173,19 @@ impl Manifest {
             return Err(ManifestError::TooManyEntries(self.entries.len()));
         }
         let mut not_dirs = std::collections::HashSet::new();
+        let mut sizes = std::collections::HashMap::new();
         let mut previous: Option<&str> = None;
         for e in &self.entries {
             check_relative(&e.path)?;
+            let top = e.path.split('/').next().unwrap_or_default();
+            if RESERVED.contains(&top) {
+                return Err(ManifestError::Reserved(e.path.clone()));
+            }
+            if let EntryKind::File { digest, size, .. } = e.kind {
+                if *sizes.entry(digest).or_insert(size) != size {
+                    return Err(ManifestError::SizeMismatch(e.path.clone()));
+                }
+            }
             if previous.is_some_and(|p| p >= e.path.as_str()) {
                 return Err(ManifestError::NotSorted(e.path.clone()));
             }
@@ -317,6 +336,19 @@ mod tests {
         assert!(matches!(m.validate(), Err(ManifestError::BelowNonDirectory { .. })));
         let m = manifest(vec![file("usr/bin/gcc", 1, true), file("usr/bin/gcc/x", 1, false)]);
         assert!(matches!(m.validate(), Err(ManifestError::BelowNonDirectory { .. })));
+    }
+
+    #[test]
+    fn reserved_names_and_sizes_that_disagree_are_refused() {
+        let m = manifest(vec![link("proc", "/oldroot/home"), file("usr/bin/gcc", 1, true)]);
+        assert!(matches!(m.validate(), Err(ManifestError::Reserved(_))));
+        let m = manifest(vec![file("dev/null", 2, false), file("usr/bin/gcc", 1, true)]);
+        assert!(matches!(m.validate(), Err(ManifestError::Reserved(_))));
+        let mut m = manifest(vec![file("usr/bin/a", 1, true), file("usr/bin/gcc", 1, true)]);
+        if let EntryKind::File { size, .. } = &mut m.entries[1].kind {
+            *size = 11;
+        }
+        assert!(matches!(m.validate(), Err(ManifestError::SizeMismatch(_))));
     }
 
     #[test]

@@ -201,6 +201,8 @@ pub(crate) enum TaskError {
     UnknownToolchain(ToolchainKey),
     #[error("{0}")]
     Shipped(crate::agent::shipped::StoreError),
+    #[error("sandbox: {0}")]
+    Sandbox(String),
     #[error("{0}")]
     Refused(RefusedArg),
     #[error("invalid test-toolchain argument {0:?}: expected -sleep=<milliseconds>")]
@@ -355,8 +357,10 @@ impl Executor {
         env.extend(spec_env);
         let (program, args) = match (&lease, &self.shipping) {
             (Some(l), Some(shipping)) => {
-                let (bwrap, mut args) =
-                    shipping.sandbox.command(&l.ready.root, &l.ready.top, prepared.dir.path(), &prepared.cmd.cwd);
+                let (bwrap, mut args) = shipping
+                    .sandbox
+                    .command(&l.ready.root, &l.ready.top, prepared.dir.path(), &prepared.cmd.cwd)
+                    .map_err(TaskError::Sandbox)?;
                 args.push(prepared.cmd.program.clone().into_os_string());
                 args.extend(prepared.cmd.args.iter().cloned());
                 (bwrap, args)
@@ -496,9 +500,21 @@ fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result
 }
 
 /// Reads the object, refusing one past `max` bytes without reading it all.
+/// Reads the object the compiler wrote. Not through a link and only a
+/// regular file: a shipped compiler is not trusted, and a link to one of the
+/// agent's own files (its key) or a FIFO must not become "the object".
 fn read_object(path: &Path, max: u64) -> Result<Vec<u8>, TaskError> {
-    let file = std::fs::File::open(path).map_err(TaskError::NoObject)?;
-    let len = file.metadata().map_err(TaskError::NoObject)?.len();
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(TaskError::NoObject)?;
+    let meta = file.metadata().map_err(TaskError::NoObject)?;
+    if !meta.is_file() {
+        return Err(TaskError::NoObject(io::Error::other("the object is not a regular file")));
+    }
+    let len = meta.len();
     if len > max {
         return Err(TaskError::ObjectTooLarge { len, max });
     }

@@ -349,6 +349,31 @@ async fn exit_zero_without_an_object_is_an_internal_error() {
     );
 }
 
+/// A compiler (a shipped one is not trusted) that leaves a link to one of
+/// the agent's files, or a FIFO, where the object goes: neither is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_that_is_a_link_or_a_fifo_is_not_read() {
+    let parent = tempfile::tempdir().unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    let secret = tools.path().join("agent.key");
+    std::fs::write(&secret, "PRIVATE KEY").unwrap();
+    let body = format!("for a; do last=$a; done; ln -s '{}' \"$last\"; exit 0", secret.display());
+    let linker = script(tools.path(), "gcc", &body);
+    let exec = executor(parent.path(), Some(&linker), ExecLimits::default());
+    let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    assert!(
+        internal_error(&r).starts_with("compiler exited 0 but its object cannot be read"),
+        "{}",
+        internal_error(&r)
+    );
+    assert!(r.object.is_empty());
+    let fifo_dir = tempfile::tempdir().unwrap();
+    let fifo = script(fifo_dir.path(), "gcc", "for a; do last=$a; done; mkfifo \"$last\"; exit 0");
+    let exec = executor(parent.path(), Some(&fifo), ExecLimits::default());
+    let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    assert!(internal_error(&r).contains("not a regular file"), "{}", internal_error(&r));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compiler_sees_only_path_a_private_tmpdir_and_the_specs_locale() {
     let parent = tempfile::tempdir().unwrap();

@@ -28,6 +28,13 @@ pub const ATTEMPTS: usize = 3;
 /// Largest blob on the wire (compressed): a compiler's largest library.
 pub const MAX_BLOB_WIRE: u64 = 512 << 20;
 
+/// Largest blob once decompressed (libLLVM is ~100 MB): a manifest may
+/// declare any size, and decompressing allocates it.
+pub const MAX_BLOB_RAW: u64 = 1 << 30;
+
+/// Every fetch may take this long, plus a second per MB of its blobs.
+const FETCH_BASE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a fetch brought.
 #[derive(Debug)]
 pub(super) struct Fetched {
@@ -43,19 +50,22 @@ pub(super) struct Fetched {
 
 /// Fetches `key` over `conn`, writing the blobs `have` says are missing
 /// into `blobs_dir`. `on_manifest` sees the checked manifest before any
-/// blob is written.
+/// blob is written, and may refuse it; `on_blob` is told the size of each
+/// blob file this fetch created.
 pub(super) async fn fetch(
     conn: &quinn::Connection,
     key: ToolchainKey,
     blobs_dir: &Path,
     have: impl Fn(&[u8; 32]) -> bool,
-    on_manifest: impl FnOnce(&Manifest),
+    on_manifest: impl FnOnce(&Manifest) -> Result<(), String>,
+    on_blob: impl Fn(u64),
 ) -> Result<Fetched, String> {
+    let mut deadline = tokio::time::Instant::now() + FETCH_BASE;
     let (mut send, recv) = conn.open_bi().await.map_err(|e| format!("cannot open a fetch stream: {e}"))?;
     let limits = Limits { max_payload: MAX_BLOB_WIRE, ..Limits::DEFAULT };
     let mut reader = FrameReader::new(recv, conn.remote_address(), limits);
     write(&mut send, &Message::Fetch(Fetch::Toolchain(key))).await?;
-    let (toolchain, manifest) = match next(&mut reader).await? {
+    let (toolchain, manifest) = match next(&mut reader, deadline).await? {
         (Message::Package(p), _) => match *p {
             Package::Found { toolchain, manifest } => (toolchain, manifest),
             Package::Unavailable(why) => return Err(format!("no consumerd can supply it: {why}")),
@@ -63,7 +73,11 @@ pub(super) async fn fetch(
         (other, _) => return Err(format!("expected the package, got a {}", other.name())),
     };
     check(key, &toolchain, &manifest)?;
-    on_manifest(&manifest);
+    if let Some((_, size)) = manifest.blobs().into_iter().find(|(_, size)| *size > MAX_BLOB_RAW) {
+        return Err(format!("refused: a file of {size} bytes, more than {MAX_BLOB_RAW}"));
+    }
+    on_manifest(&manifest)?;
+    deadline += std::time::Duration::from_secs(manifest.total_size() >> 20);
     let sizes: std::collections::HashMap<[u8; 32], (u64, bool)> = manifest
         .entries
         .iter()
@@ -81,7 +95,7 @@ pub(super) async fn fetch(
         write(&mut send, &Message::Fetch(Fetch::Blobs(missing.clone()))).await?;
         let mut refused = Vec::new();
         for digest in &missing {
-            let (header, payload) = match next(&mut reader).await? {
+            let (header, payload) = match next(&mut reader, deadline).await? {
                 (Message::Blob(h), p) => (h, p),
                 (other, _) => return Err(format!("expected a blob, got a {}", other.name())),
             };
@@ -92,22 +106,32 @@ pub(super) async fn fetch(
             if !available {
                 return Err(format!("the consumerd cannot read blob {}", hex(digest)));
             }
-            let (size, _) = sizes[digest];
-            let raw = match decompress(&info, &payload, size) {
-                Ok(raw) if raw.len() as u64 == size && blake3::hash(&raw).as_bytes() == digest => raw,
-                Ok(_) | Err(_) => {
+            let (size, executable) = sizes[digest];
+            let dir = blobs_dir.to_owned();
+            let d = *digest;
+            // Decompressing and hashing tens of MB: off the runtime's threads.
+            let stored = tokio::task::spawn_blocking(move || {
+                let raw = match decompress(&info, &payload, size) {
+                    Ok(raw) if raw.len() as u64 == size && blake3::hash(&raw).as_bytes() == &d => raw,
+                    Ok(_) | Err(_) => return Ok(None),
+                };
+                store_blob(&dir, &d, executable, &raw).map(Some)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot store blob {}: {e}", hex(digest)))?;
+            match stored {
+                None => {
                     tracing::warn!(blob = %hex(digest), attempt, "a blob does not match its digest; refused, asking again");
                     refused.push(*digest);
                     continue;
                 }
-            };
-            let executable = manifest_wants_executable(&sizes, digest);
-            let dir = blobs_dir.to_owned();
-            let d = *digest;
-            tokio::task::spawn_blocking(move || store_blob(&dir, &d, executable, &raw))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot store blob {}: {e}", hex(digest)))?;
+                Some(created) => {
+                    if created {
+                        on_blob(size);
+                    }
+                }
+            }
             fetched.blobs += 1;
             fetched.raw_bytes += size;
             fetched.wire_bytes += info.len;
@@ -119,10 +143,6 @@ pub(super) async fn fetch(
     }
     let _ = send.finish();
     Ok(fetched)
-}
-
-fn manifest_wants_executable(sizes: &std::collections::HashMap<[u8; 32], (u64, bool)>, digest: &[u8; 32]) -> bool {
-    sizes.get(digest).is_some_and(|(_, x)| *x)
 }
 
 /// What the agent checks of a package before it writes anything.
@@ -146,8 +166,11 @@ async fn write(send: &mut quinn::SendStream, message: &Message) -> Result<(), St
     send.write_all(&buf).await.map_err(|e| format!("fetch stream: {e}"))
 }
 
-async fn next(reader: &mut FrameReader) -> Result<(Message, Bytes), String> {
-    match tokio::time::timeout(FETCH_IDLE, reader.next()).await {
+/// The next frame, within [`FETCH_IDLE`] and the fetch's deadline.
+async fn next(reader: &mut FrameReader, deadline: tokio::time::Instant) -> Result<(Message, Bytes), String> {
+    let idle = tokio::time::Instant::now() + FETCH_IDLE;
+    match tokio::time::timeout_at(idle.min(deadline), reader.next()).await {
+        Err(_) if deadline <= idle => Err("the fetch ran past its deadline".into()),
         Err(_) => Err(format!("nothing received for {} s", FETCH_IDLE.as_secs())),
         Ok(Err(e)) => Err(e.to_string()),
         Ok(Ok(None)) => Err("the fetch stream ended early".into()),
@@ -155,8 +178,13 @@ async fn next(reader: &mut FrameReader) -> Result<(Message, Bytes), String> {
     }
 }
 
-fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> std::io::Result<()> {
+/// Writes a checked blob into place; `false` when it was there already (a
+/// concurrent fetch of another toolchain wrote it first).
+fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> std::io::Result<bool> {
     let dest = blob_path(blobs, digest, executable);
+    if dest.exists() {
+        return Ok(false);
+    }
     if let Some(parent) = dest.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -165,7 +193,11 @@ fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> 
     tmp.write_all(raw)?;
     tmp.as_file().sync_data()?;
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
-    tmp.persist(&dest).map(drop).map_err(|e| e.error)
+    match tmp.persist_noclobber(&dest) {
+        Ok(_) => Ok(true),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
 }
 
 pub(crate) fn hex(digest: &[u8; 32]) -> String {

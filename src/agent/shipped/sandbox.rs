@@ -78,7 +78,29 @@ impl Sandbox {
     /// The program to run and its arguments up to the compiler's own: the
     /// toolchain at `root` (with its top-level entries `top`), `task_dir`
     /// writable, started in `cwd`.
-    pub fn command(&self, root: &Path, top: &[Top], task_dir: &Path, cwd: &Path) -> (PathBuf, Vec<OsString>) {
+    ///
+    /// # Errors
+    /// When a top-level entry of the toolchain would lie on a path bwrap
+    /// sets up itself (`/proc`, `/dev`, the task directory's first
+    /// component): bwrap resolves those while the host is still reachable,
+    /// so a link there could make it create directories outside.
+    pub fn command(
+        &self,
+        root: &Path,
+        top: &[Top],
+        task_dir: &Path,
+        cwd: &Path,
+    ) -> Result<(PathBuf, Vec<OsString>), String> {
+        let first = task_dir.components().find_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        });
+        for t in top {
+            let (Top::Dir(name) | Top::Link(name, _)) = t;
+            if name == "proc" || name == "dev" || first.as_deref() == Some(name.as_str()) {
+                return Err(format!("the toolchain has a top-level /{name}, where the sandbox mounts its own"));
+            }
+        }
         let mut args: Vec<OsString> = base_args().iter().map(OsString::from).collect();
         for t in top {
             match t {
@@ -101,13 +123,15 @@ impl Sandbox {
         args.extend(["--remount-ro", "/", "--chdir"].map(OsString::from));
         args.push(cwd.as_os_str().to_owned());
         args.push("--".into());
-        (self.bwrap.clone(), args)
+        Ok((self.bwrap.clone(), args))
     }
 }
 
-/// Options every sandbox gets.
-fn base_args() -> [&'static str; 4] {
-    ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+/// Options every sandbox gets: every namespace, killed with its parent, no
+/// capabilities, and a session of its own (no controlling terminal to
+/// inject input into).
+fn base_args() -> [&'static str; 5] {
+    ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 }
 
 fn run_limited(cmd: &mut Command) -> std::io::Result<std::process::Output> {
@@ -152,7 +176,7 @@ mod tests {
             })
             .collect();
         let task = tempfile::tempdir().unwrap();
-        let (program, mut args) = sandbox.command(Path::new("/"), &top, task.path(), task.path());
+        let (program, mut args) = sandbox.command(Path::new("/"), &top, task.path(), task.path()).unwrap();
         // Only loopback in its network namespace.
         let script = "echo ok > out; touch /usr/x 2>/dev/null && echo usr-writable; \
                       touch /x 2>/dev/null && echo root-writable; \
@@ -166,5 +190,12 @@ mod tests {
             "nothing but the task dir is visible or writable"
         );
         assert_eq!(std::fs::read_to_string(task.path().join("out")).unwrap(), "ok\n");
+        // A toolchain may not put anything where the sandbox mounts its own.
+        for name in ["proc", "dev", "tmp"] {
+            let bad = [Top::Link(name.into(), "/oldroot/home".into())];
+            let task_in_tmp = Path::new("/tmp/ccroute-agent-1/task");
+            let e = sandbox.command(Path::new("/"), &bad, task_in_tmp, task_in_tmp).unwrap_err();
+            assert!(e.contains(&format!("/{name}")), "{e}");
+        }
     }
 }

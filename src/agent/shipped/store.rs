@@ -235,10 +235,26 @@ impl Store {
             move |d: &[u8; 32]| blob_path(&dir, d, false).exists() || blob_path(&dir, d, true).exists()
         };
         let pins = Pins { store: self.clone(), digests: Mutex::new(Vec::new()) };
-        let on_manifest = |m: &Manifest| pins.pin(m.blobs().iter().map(|(d, _)| *d));
-        let fetched: Fetched = fetch::fetch(conn, key, &blobs_dir, have, on_manifest)
-            .await
-            .map_err(|why| StoreError::Fetch { key, why: why.to_string() })?;
+        let max = self.max_bytes;
+        let on_manifest = |m: &Manifest| {
+            if m.total_size() > max {
+                return Err(format!("refused: {} bytes of files, more than the store's {max}", m.total_size()));
+            }
+            pins.pin(m.blobs().iter().map(|(d, _)| *d));
+            Ok(())
+        };
+        // Counted as written, so that a fetch that fails half-way is counted
+        // (and collected) too.
+        let on_blob = |size: u64| self.lock().bytes += size;
+        let fetched: Result<Fetched, String> = fetch::fetch(conn, key, &blobs_dir, have, on_manifest, on_blob).await;
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(why) => {
+                drop(pins);
+                self.evict(None);
+                return Err(StoreError::Fetch { key, why });
+            }
+        };
         let io_err = |e: io::Error| StoreError::Io { key, why: e.to_string() };
         let dir = self.dir.clone();
         let (toolchain, manifest) = (fetched.toolchain.clone(), fetched.manifest.clone());
@@ -259,24 +275,25 @@ impl Store {
         );
         {
             let mut state = self.lock();
-            state.bytes += fetched.raw_bytes + copied;
+            state.bytes += copied;
             state.toolchains.insert(key, Slot { ready: Arc::new(ready), in_use: 0, last_used: Instant::now() });
         }
         drop(pins);
-        self.evict();
+        // Not the one just made: its waiters are about to lease it.
+        self.evict(Some(key));
         Ok(())
     }
 
-    /// Removes least recently used toolchains no task holds, then unlinked
-    /// blobs, until the store is within its bound.
-    fn evict(&self) {
+    /// Removes least recently used toolchains no task holds (but `keep`),
+    /// then unlinked blobs, until the store is within its bound.
+    fn evict(&self, keep: Option<ToolchainKey>) {
         let victims: Vec<(ToolchainKey, PathBuf)> = {
             let state = self.lock();
             if state.bytes <= self.max_bytes {
                 return;
             }
             let mut idle: Vec<(&ToolchainKey, &Slot)> =
-                state.toolchains.iter().filter(|(_, s)| s.in_use == 0).collect();
+                state.toolchains.iter().filter(|(k, s)| s.in_use == 0 && Some(**k) != keep).collect();
             idle.sort_by_key(|(_, s)| s.last_used);
             let mut over = state.bytes - self.max_bytes;
             let mut out = Vec::new();
@@ -299,7 +316,15 @@ impl Store {
             };
             if removed {
                 tracing::info!(%key, "evicting a shipped toolchain from the store");
-                remove_tree(path);
+                // Out of the way in one step: a crash half-way through the
+                // removal leaves a leftover, never a half toolchain.
+                let doomed = path.with_file_name(format!(".evicted.{}", key_name(*key)));
+                match fs::rename(path, &doomed) {
+                    Ok(()) => remove_tree(&doomed),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot evict from the toolchain store")
+                    }
+                }
             }
         }
         let pinned: HashSet<[u8; 32]> = self.lock().pinned.keys().copied().collect();

@@ -212,6 +212,13 @@ async fn bad_packages_are_refused_and_many_tasks_wait_on_one_fetch() {
     assert!(e.to_string().contains("no consumerd can supply it"), "{e}");
     assert!(!dir.path().join("etc").exists() && std::fs::read_dir(dir.path().join("toolchains")).unwrap().count() == 0);
 
+    // A toolchain larger than the whole store is refused before any blob.
+    let small = Store::open(&dir.path().join("small"), 8).unwrap();
+    let asked = seen.blobs_asked.lock().unwrap().len();
+    let e = small.lease(key_of(&good), &conn).await.unwrap_err();
+    assert!(e.to_string().contains("more than the store's 8"), "{e}");
+    assert_eq!(seen.blobs_asked.lock().unwrap().len(), asked);
+
     let before = seen.toolchain_requests.load(Ordering::SeqCst);
     let leases = futures_join_all((0..8).map(|_| {
         let (store, conn) = (store.clone(), conn.clone());
