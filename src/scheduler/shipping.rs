@@ -276,29 +276,20 @@ pub(crate) async fn relay(shipping: &Shipping, mut a_send: quinn::SendStream, mu
         let _ = a_send.reset(0u32.into());
         return;
     }
-    let up = async {
-        let r = tokio::io::copy(&mut a_recv, &mut c_send).await;
-        match r {
-            Ok(_) => {
-                let _ = c_send.finish();
-            }
-            Err(_) => {
-                let _ = c_send.reset(0u32.into());
-            }
+    tokio::join!(pipe(&mut a_recv, &mut c_send), pipe(&mut c_recv, &mut a_send));
+}
+
+/// Copies one direction of a relayed stream to its end, then finishes the
+/// other side, or resets it if either side failed.
+async fn pipe(from: &mut quinn::RecvStream, to: &mut quinn::SendStream) {
+    match tokio::io::copy(from, to).await {
+        Ok(_) => {
+            let _ = to.finish();
         }
-    };
-    let down = async {
-        let r = tokio::io::copy(&mut c_recv, &mut a_send).await;
-        match r {
-            Ok(_) => {
-                let _ = a_send.finish();
-            }
-            Err(_) => {
-                let _ = a_send.reset(0u32.into());
-            }
+        Err(_) => {
+            let _ = to.reset(0u32.into());
         }
-    };
-    tokio::join!(up, down);
+    }
 }
 
 /// Reads the first frame: its key and its bytes, to forward as they came.
