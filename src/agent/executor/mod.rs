@@ -3,7 +3,9 @@
 //!
 //! [`Executor::run`] takes an [`ExecTask`] (toolchain key, encoded
 //! [`TaskSpec`], compressed source) and returns an [`ExecResult`]. In order:
-//! decode the spec; look up the toolchain; check the spec against
+//! decode the spec; look up the toolchain (installed here, or shipped:
+//! leased from the agent's store, fetched if need be, and run in its
+//! sandbox — [`crate::agent::shipped`]); check the spec against
 //! [`cc::validate`] — a refusal is an [`Outcome::InternalError`] with the
 //! refusal's message, and nothing has been written or run; decompress the
 //! source within [`ExecLimits::max_source_bytes`]; lay the compile out in a
@@ -316,25 +318,21 @@ impl Executor {
             return self.run_test(spec, &task, stop).await;
         }
         // Installed here, or shipped: leased from the store (fetched if
-        // need be) and run in the sandbox.
-        let lease = match self.toolchains.get(&task.toolchain) {
-            Some(_) => None,
-            None => match (&self.shipping, &task.fetch) {
-                (Some(shipping), Some(conn)) => {
-                    cc::validate(&spec).map_err(TaskError::Refused)?;
-                    tokio::select! {
-                        biased;
-                        e = stop.fired() => return Err(e),
-                        lease = shipping.store.lease(task.toolchain, conn) => Some(lease.map_err(TaskError::Shipped)?),
-                    }
-                }
-                _ => return Err(TaskError::UnknownToolchain(task.toolchain)),
-            },
-        };
-        let compiler = match (&lease, self.toolchains.get(&task.toolchain)) {
-            (Some(l), _) => l.ready.driver.clone(),
-            (None, Some(path)) => path.clone(),
-            (None, None) => return Err(TaskError::UnknownToolchain(task.toolchain)),
+        // need be, after the allow-list passed) and run in the sandbox.
+        let (compiler, shipped) = match self.toolchains.get(&task.toolchain) {
+            Some(path) => (path.clone(), None),
+            None => {
+                let (Some(shipping), Some(conn)) = (&self.shipping, &task.fetch) else {
+                    return Err(TaskError::UnknownToolchain(task.toolchain));
+                };
+                cc::validate(&spec).map_err(TaskError::Refused)?;
+                let lease = tokio::select! {
+                    biased;
+                    e = stop.fired() => return Err(e),
+                    lease = shipping.store.lease(task.toolchain, conn) => lease.map_err(TaskError::Shipped)?,
+                };
+                (lease.ready.driver.clone(), Some((lease, &shipping.sandbox)))
+            }
         };
         cc::validate(&spec).map_err(TaskError::Refused)?;
         stop.check()?;
@@ -350,22 +348,21 @@ impl Executor {
         .map_err(TaskError::Join)??;
 
         let mut env = vec![(OsString::from("TMPDIR"), prepared.tmp.clone().into_os_string())];
-        match &lease {
-            Some(l) => env.push(("PATH".into(), l.ready.path_env.clone().into())),
+        match &shipped {
+            Some((l, _)) => env.push(("PATH".into(), l.ready.path_env.clone().into())),
             None => env.extend(self.path_env.iter().map(|p| (OsString::from("PATH"), p.clone()))),
         }
         env.extend(spec_env);
-        let (program, args) = match (&lease, &self.shipping) {
-            (Some(l), Some(shipping)) => {
-                let (bwrap, mut args) = shipping
-                    .sandbox
+        let (program, args) = match &shipped {
+            Some((l, sandbox)) => {
+                let (bwrap, mut args) = sandbox
                     .command(&l.ready.root, &l.ready.top, prepared.dir.path(), &prepared.cmd.cwd)
                     .map_err(TaskError::Sandbox)?;
                 args.push(prepared.cmd.program.clone().into_os_string());
                 args.extend(prepared.cmd.args.iter().cloned());
                 (bwrap, args)
             }
-            _ => (prepared.cmd.program.clone(), prepared.cmd.args.clone()),
+            None => (prepared.cmd.program.clone(), prepared.cmd.args.clone()),
         };
         let launch = process::Launch {
             program: &program,
@@ -500,9 +497,9 @@ fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result
 }
 
 /// Reads the object, refusing one past `max` bytes without reading it all.
-/// Reads the object the compiler wrote. Not through a link and only a
-/// regular file: a shipped compiler is not trusted, and a link to one of the
-/// agent's own files (its key) or a FIFO must not become "the object".
+/// Not through a link and only a regular file: a shipped compiler is not
+/// trusted, and a link to one of the agent's own files (its key) or a FIFO
+/// must not become "the object".
 fn read_object(path: &Path, max: u64) -> Result<Vec<u8>, TaskError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::File::options()
