@@ -317,15 +317,16 @@ impl Executor {
         if self.test_key == Some(task.toolchain) {
             return self.run_test(spec, &task, stop).await;
         }
+        // Before anything is fetched or run.
+        cc::validate(&spec).map_err(TaskError::Refused)?;
         // Installed here, or shipped: leased from the store (fetched if
-        // need be, after the allow-list passed) and run in the sandbox.
+        // need be) and run in the sandbox.
         let (compiler, shipped) = match self.toolchains.get(&task.toolchain) {
             Some(path) => (path.clone(), None),
             None => {
                 let (Some(shipping), Some(conn)) = (&self.shipping, &task.fetch) else {
                     return Err(TaskError::UnknownToolchain(task.toolchain));
                 };
-                cc::validate(&spec).map_err(TaskError::Refused)?;
                 let lease = tokio::select! {
                     biased;
                     e = stop.fired() => return Err(e),
@@ -334,7 +335,6 @@ impl Executor {
                 (lease.ready.driver.clone(), Some((lease, &shipping.sandbox)))
             }
         };
-        cc::validate(&spec).map_err(TaskError::Refused)?;
         stop.check()?;
 
         // Validated above: only the locale and GCC_COLORS.
