@@ -441,7 +441,7 @@ struct Jobs {
 
 impl Jobs {
     fn new() -> Jobs {
-        let spec = TaskSpec { args: vec!["-O2".into()], input_path: "bench.c".into(), cwd: None, env: vec![] };
+        let spec = TaskSpec { args: vec!["-O2".into()], input_path: "bench.c".into(), cwd: None, env: vec![], inputs: None };
         Jobs { toolchain: Arc::new(test_toolchain()), spec, seq: AtomicU64::new(0) }
     }
 
@@ -452,7 +452,7 @@ impl Jobs {
             toolchain: self.toolchain.clone(),
             spec: self.spec.clone(),
             text,
-            cacheable: true,
+            cacheable: true, inputs: None,
         }
     }
 

@@ -387,6 +387,8 @@ pub struct Discovered {
     pub path: PathBuf,
     /// Its identity.
     pub toolchain: Toolchain,
+    /// Its files (for the sandbox units sent as their inputs compile in).
+    pub package: std::sync::Arc<Package>,
 }
 
 /// Finds the compilers in `path_env` (a `PATH`-style list; `None` for none)
@@ -437,8 +439,8 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
     let mut best: BTreeMap<(u128, PathBuf), (Rank, Discovered)> = BTreeMap::new();
     for (order, path) in candidates.into_iter().enumerate() {
         let queried = locate(&path).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, &memo));
-        let toolchain = match queried {
-            Ok(q) => q.toolchain,
+        let (toolchain, package) = match queried {
+            Ok(q) => (q.toolchain, std::sync::Arc::new(q.package)),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "compiler skipped");
                 continue;
@@ -447,7 +449,7 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
         let Ok(resolved) = fs::canonicalize(&path) else { continue };
         let rank = Rank::of(&path, &toolchain, order);
         let slot = (toolchain.key().0, resolved);
-        let entry = Discovered { path, toolchain };
+        let entry = Discovered { path, toolchain, package };
         match best.get(&slot) {
             Some((r, _)) if *r <= rank => {}
             _ => {

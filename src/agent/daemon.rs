@@ -111,7 +111,7 @@ pub enum AgentError {
 /// # Errors
 /// [`AgentError`] when it cannot start; connection trouble is retried, not returned.
 pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
-    let (toolchains, paths) = offered(&config).await;
+    let (toolchains, paths, packages) = offered(&config).await;
     let (shipping, shipping_state) = start_shipping(config.shipping.as_ref()).await;
     if toolchains.is_empty() && shipping.is_none() {
         return Err(AgentError::NoToolchains);
@@ -124,6 +124,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         toolchains: paths,
         offer_test_toolchain: config.test_toolchain,
         shipping,
+        packages,
         ..ExecutorConfig::default()
     })?);
     let mut sampler = CpuSampler::new();
@@ -157,8 +158,11 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     Ok(())
 }
 
-/// The toolchains to offer and the compiler behind each.
-async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire::ToolchainKey, PathBuf>) {
+/// Installed compilers' identities and files, by toolchain key.
+type Packages = HashMap<ccroute_wire::ToolchainKey, (Toolchain, Arc<crate::toolchain::Package>)>;
+
+/// The toolchains to offer, the compiler behind each, and its files.
+async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire::ToolchainKey, PathBuf>, Packages) {
     let discover_in_path = config.discover;
     let extra = config.compilers.clone();
     let found = tokio::task::spawn_blocking(move || {
@@ -169,15 +173,17 @@ async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire:
     .unwrap_or_default();
     let mut toolchains = Vec::new();
     let mut paths = HashMap::new();
+    let mut packages = HashMap::new();
     for d in found {
         if paths.insert(d.toolchain.key(), d.path).is_none() {
+            packages.insert(d.toolchain.key(), (d.toolchain.clone(), d.package));
             toolchains.push(d.toolchain);
         }
     }
     if config.test_toolchain {
         toolchains.push(test_toolchain());
     }
-    (toolchains, paths)
+    (toolchains, paths, packages)
 }
 
 /// The sandbox and store, when shipping is asked for and works here; the
@@ -324,6 +330,7 @@ fn start(
     running.insert(id, token.clone());
     let executor = executor.clone();
     let task = ExecTask {
+        task_id: id,
         toolchain: header.toolchain,
         fetch: Some(conn.clone()),
         spec: header.spec,

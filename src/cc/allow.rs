@@ -167,6 +167,74 @@ pub fn validate(spec: &TaskSpec) -> Result<(), RefusedArg> {
     Ok(())
 }
 
+/// Preprocessor options whose value is the next argument, which a unit sent
+/// as its inputs carries ([`super::args`] writes them so): in the sandbox
+/// only the unit's own files exist, so a path there can only name one of them.
+const INPUTS_PATH_OPTIONS: &[&str] = &[
+    "-I",
+    "-iquote",
+    "-isystem",
+    "-idirafter",
+    "-include",
+    "-imacros",
+    "-iprefix",
+    "-iwithprefix",
+    "-iwithprefixbefore",
+    "-isysroot",
+    "-imultilib",
+];
+
+/// Checks a spec that carries its inputs ([`ccroute_wire::inputs`]): the
+/// same allow-list as [`validate`], and besides it the preprocessor's own
+/// options (include paths, forced includes, `--sysroot`, `-nostdinc`) and
+/// the include-path variables, since the compile reads only the sandbox's
+/// files; the working directory is required.
+///
+/// # Errors
+/// As [`validate`], and a spec without inputs or a working directory.
+pub fn validate_inputs(spec: &TaskSpec) -> Result<(), RefusedArg> {
+    let Some(inputs) = &spec.inputs else {
+        return Err(refuse("inputs", "the spec lists no inputs"));
+    };
+    if let Err(e) = inputs.validate() {
+        return Err(RefusedArg { arg: e.to_string(), why: "the list of inputs is refused" });
+    }
+    let mut plain = Vec::with_capacity(spec.args.len());
+    let mut args = spec.args.iter();
+    while let Some(arg) = args.next() {
+        if INPUTS_PATH_OPTIONS.contains(&arg.as_str()) {
+            match args.next() {
+                Some(v) if !v.contains('\0') && v.len() <= ccroute_wire::inputs::MAX_PATH => continue,
+                _ => return Err(refuse(arg, "a path option without a usable path")),
+            }
+        }
+        if matches!(arg.as_str(), "-nostdinc" | "-nostdinc++" | "-I-")
+            || arg.strip_prefix("--sysroot=").is_some_and(|v| !v.is_empty() && !v.contains('\0'))
+            || (arg.starts_with("-stdlib=") && arg.len() > 8)
+        {
+            continue;
+        }
+        plain.push(arg.clone());
+    }
+    let env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .filter(|(k, v)| {
+            !(super::plan::INCLUDE_ENV.contains(&k.as_str())
+                && !v.contains('\0')
+                && v.len() <= ccroute_wire::inputs::MAX_PATH)
+        })
+        .cloned()
+        .collect();
+    let Some(cwd) = &spec.cwd else {
+        return Err(refuse("cwd", "a unit sent as its inputs names its working directory"));
+    };
+    if !ccroute_wire::inputs::path_ok(cwd) && cwd != "/" {
+        return Err(refuse(cwd, "cwd is not an absolute normalised path"));
+    }
+    validate(&TaskSpec { args: plain, env, inputs: None, ..spec.clone() })
+}
+
 fn check_input_path(p: &str) -> Result<(), RefusedArg> {
     match super::spec::input_path_problem(p) {
         Some(why) => Err(refuse(p, why)),
@@ -184,7 +252,7 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             input_path: input.to_owned(),
             cwd: None,
-            env: vec![],
+            env: vec![], inputs: None,
         }
     }
 

@@ -57,6 +57,14 @@ pub(crate) struct Scan {
     /// `-D`/`-U` found inside `-Wp,`: the driver passes them after every
     /// plain `-D`/`-U`, so they go at the end of `remote`.
     pub remote_wp_macros: Vec<String>,
+    /// Arguments for an agent that compiles the unit from its inputs at
+    /// their real paths: `remote` with the preprocessor's own options in
+    /// their places (`-I`, `-include`, `-nostdinc`, ... each value as an
+    /// argument of its own), without the action, the output, the input and
+    /// the dependency output.
+    pub inputs_args: Vec<String>,
+    /// Why the unit cannot be sent as its inputs, if it cannot.
+    pub inputs_refused: Option<&'static str>,
     /// Link-time optimization is on (the last of `-flto*` / `-fno-lto`).
     pub lto: bool,
     /// A pedantic flag is named (`-pedantic*`, `-Wpedantic`, `-Werror=pedantic`,
@@ -269,6 +277,7 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
         if arg.strip_prefix("-Wa,").is_some_and(super::spec::assembler_options_remote) {
             pp.push(raw.clone());
             s.remote.push(arg.to_owned());
+            s.inputs_args.push(arg.to_owned());
             continue;
         }
         if let Some((_, why)) = LOCAL_PREFIX.iter().find(|(p, _)| arg.starts_with(p)) {
@@ -297,10 +306,12 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
             }
             s.remote.push("-x".to_owned());
             s.remote.push(v.to_owned());
+            s.inputs_args.extend(["-x".to_owned(), v.to_owned()]);
         } else if arg.starts_with("-D") || arg.starts_with("-U") {
             let name = &arg[..2];
             let v = take_value(name, arg, &mut rest, pp, true)?;
             s.remote.push(format!("{name}{v}"));
+            s.inputs_args.push(format!("{name}{v}"));
         } else if let Some(name) = PREPROCESSOR_PATH_OPTIONS.iter().find(|n| arg.starts_with(*n)) {
             let v = take_value(name, arg, &mut rest, pp, true)?;
             match *name {
@@ -311,7 +322,15 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
                 "-idirafter" => after_dirs.push(v.to_owned()),
                 _ => {}
             }
-        } else if matches!(arg, "-nostdinc" | "-nostdinc++" | "-I-" | "-MP" | "-MG" | "-pipe") {
+            match *name {
+                "--sysroot" => s.inputs_args.push(format!("--sysroot={v}")),
+                "-A" => s.inputs_refused = Some("-A asserts a predicate"),
+                _ => s.inputs_args.extend([(*name).to_owned(), v.to_owned()]),
+            }
+        } else if matches!(arg, "-nostdinc" | "-nostdinc++" | "-I-") {
+            // Preprocessor-only: nothing for an agent compiling text.
+            s.inputs_args.push(arg.to_owned());
+        } else if matches!(arg, "-MP" | "-MG" | "-pipe") {
             // Preprocessor-only (or, for -pipe, driver-only): nothing for the agent.
         } else if matches!(arg, "-MD" | "-MMD") {
             s.deps_driver = true;
@@ -336,11 +355,13 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
         } else if arg == "--param" || arg.starts_with("--param=") {
             let v = take_value("--param", arg, &mut rest, pp, true)?;
             s.remote.push(format!("--param={v}"));
+            s.inputs_args.push(format!("--param={v}"));
         } else if arg.starts_with("-g") {
             if is_debug_level_flag(arg) {
                 s.debug = !is_debug_off(arg);
             }
             s.remote.push(arg.to_owned());
+            s.inputs_args.push(arg.to_owned());
         } else if arg.starts_with("-f") {
             if arg.starts_with("-fopt-info") && arg.contains('=') {
                 return Err(local(arg, "writes an extra output file"));
@@ -354,13 +375,16 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
                 s.lto = false;
             }
             s.remote.push(arg.to_owned());
+            s.inputs_args.push(arg.to_owned());
         } else if arg.starts_with("-m") {
             if arg.ends_with("=native") {
                 return Err(local(arg, "depends on the local CPU"));
             }
             s.remote.push(arg.to_owned());
+            s.inputs_args.push(arg.to_owned());
         } else if arg.starts_with("-stdlib=") && family == Family::Clang {
-            // Only picks include and library directories.
+            // Only picks include and library directories: only the inputs need it.
+            s.inputs_args.push(arg.to_owned());
         } else if arg.starts_with("-O")
             || arg.starts_with("-W")
             || arg.starts_with("-std=")
@@ -373,9 +397,15 @@ pub(crate) fn scan(family: Family, args: &[OsString]) -> Result<Scan, LocalReaso
                 s.pedantic = true;
             }
             s.remote.push(arg.to_owned());
+            s.inputs_args.push(arg.to_owned());
         } else {
             return Err(LocalReason::Unrecognized(arg.to_owned()));
         }
+    }
+    let wp_macros = s.remote_wp_macros.clone();
+    s.inputs_args.extend(wp_macros);
+    if !s.wp_include_dirs.is_empty() {
+        s.inputs_refused = Some("-Wp,-I");
     }
     let wp_dirs = std::mem::take(&mut s.wp_include_dirs);
     s.include_dirs = [quote_dirs, wp_dirs, plain_dirs, system_dirs, after_dirs].concat();
@@ -653,5 +683,24 @@ mod tests {
         use std::os::unix::ffi::OsStringExt;
         let args = vec![OsString::from("-c"), OsString::from_vec(vec![b'a', 0xff, b'.', b'c'])];
         assert!(matches!(scan(Family::Gnu, &args), Err(LocalReason::NotUtf8)));
+    }
+
+    #[test]
+    fn inputs_args_keep_the_preprocessor_options_in_order_and_drop_outputs() {
+        let s = ok(&[
+            "-Iinc", "-c", "-DX=1", "-isystem", "/opt/x", "-MD", "-MF", "a.d", "-MT", "a.o", "-MP", "-o", "a.o",
+            "-include", "cfg.h", "-nostdinc", "--sysroot=/sr", "-O2", "-g", "a.c", "-Wp,-DLATE", "-UY",
+            "-Wall", "-std=c11", "-pipe",
+        ]);
+        assert_eq!(
+            s.inputs_args,
+            [
+                "-I", "inc", "-DX=1", "-isystem", "/opt/x", "-include", "cfg.h", "-nostdinc", "--sysroot=/sr",
+                "-O2", "-g", "-UY", "-Wall", "-std=c11", "-DLATE",
+            ]
+        );
+        assert_eq!(s.inputs_refused, None);
+        assert!(ok(&["-c", "-Wp,-Iearly", "a.c"]).inputs_refused.is_some());
+        assert!(ok(&["-c", "-A", "sys=linux", "a.c"]).inputs_refused.is_some());
     }
 }

@@ -273,7 +273,7 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             input_path: input.into(),
             cwd: cwd.map(Into::into),
-            env: vec![],
+            env: vec![], inputs: None,
         }
     }
 

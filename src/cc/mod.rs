@@ -45,7 +45,7 @@ mod e2e_tests;
 use std::ffi::OsStr;
 use std::path::Path;
 
-pub use allow::{validate, RefusedArg};
+pub use allow::{validate, validate_inputs, RefusedArg};
 pub use lang::Language;
 pub use layout::{agent_command, AgentCommand, AgentSetupError};
 pub use plan::{classify, Classification, DirectInputs, RemotePlan};

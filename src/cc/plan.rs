@@ -67,6 +67,13 @@ pub struct RemotePlan {
     pub language: Language,
     /// What the consumerd's direct-mode cache needs besides the command.
     pub direct: DirectInputs,
+    /// The agent's arguments when the unit is sent as its inputs (the
+    /// command's own, preprocessor options included; see
+    /// [`ccroute_wire::inputs`]); `None` when it cannot be sent so.
+    pub inputs_args: Option<Vec<String>>,
+    /// Only as its inputs may the unit go remote (why the text would not
+    /// compile as the source does); without them it compiles here.
+    pub text_refused: Option<LocalReason>,
 }
 
 /// The parts of a command that decide which files its preprocessing reads
@@ -185,12 +192,12 @@ fn plan(
     }
     // Past this point a reason to stay local is about the remote compile
     // alone: the unit is an ordinary compile, which the consumerd's cache may answer.
-    let stay_local = if s.lto {
-        Some(LocalReason::Option {
-            arg: "-flto".to_owned(),
-            why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
-        })
-    } else if family == Family::Gnu && s.pedantic {
+    let stay_local = s.lto.then(|| LocalReason::Option {
+        arg: "-flto".to_owned(),
+        why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
+    });
+    // These compile remotely only from their inputs, at their real paths.
+    let text_refused = if family == Family::Gnu && s.pedantic {
         Some(LocalReason::Option {
             arg: "-pedantic".to_owned(),
             why: "gcc reports the line markers of the preprocessed text as an extension",
@@ -203,6 +210,10 @@ fn plan(
     } else {
         None
     };
+    let inputs_args = match s.inputs_refused {
+        None if cwd.to_str().is_some() => Some(s.inputs_args.clone()),
+        _ => None,
+    };
     let preprocess_args = preprocess_args(family, &s);
     let direct = direct_inputs(&s, cwd, &output_name, env);
     let mut remote = s.remote;
@@ -212,6 +223,7 @@ fn plan(
         input_path: input.clone(),
         cwd: if s.debug { Some(cwd_string(cwd)?) } else { None },
         env: diagnostic_env(env),
+        inputs: None,
     };
     let plan = RemotePlan {
         family,
@@ -221,6 +233,8 @@ fn plan(
         output: cwd.join(output_name),
         language,
         direct,
+        inputs_args,
+        text_refused,
     };
     Ok((plan, stay_local))
 }

@@ -37,7 +37,7 @@ use tracing::{debug, warn};
 use super::direct::{DirectCache, Lookup, Probe};
 use super::ipc::{ConnId, IpcEvent, IpcHandle, Outbound};
 use super::slots::{Grant, Slots, Want};
-use super::{Compiled, Config, Ended, Remote, RemoteError, RemoteJob, Stats};
+use super::{Compiled, Config, Ended, InputsJob, Remote, RemoteError, RemoteJob, Stats};
 use crate::toolchain::ToolchainMemo;
 
 /// The outcome of background work for a connection.
@@ -100,6 +100,12 @@ struct Conn {
     want: Want,
     /// It runs here whatever happens, without a slot (why): only the cache may answer it.
     stay_local: Option<String>,
+    /// The agent's arguments for a compile from the unit's inputs.
+    inputs_args: Option<Vec<String>>,
+    /// It may go remote only as its inputs (why not as text).
+    text_refused: Option<String>,
+    /// The files its preprocessing read, for its inputs.
+    listed: Option<Vec<Vec<u8>>>,
 }
 
 /// Owns the connections' states and drives them.
@@ -256,6 +262,9 @@ impl Dispatcher {
             }
             (WrapperMsg::Source(header), ConnState::Preprocessing { source, .. }) if source.is_none() => {
                 *source = Some((frame.payload, header.cacheable));
+                if conn.inputs_args.is_some() {
+                    conn.listed = Some(header.files.clone());
+                }
                 if conn.probe.is_some() {
                     // The dependency file is read now, while the wrapper
                     // waits: once it exits, the build may move it.
@@ -316,7 +325,12 @@ impl Dispatcher {
             ("remote".into(), s.remote),
             ("local".into(), s.local),
             ("fallback".into(), s.fallbacks),
+            ("remote_inputs".into(), s.remote_inputs),
+            ("remote_text".into(), s.remote_text),
         ]
+        .into_iter()
+        .chain(self.stats.text_reasons().into_iter().map(|(why, n)| (format!("text_because: {why}"), n)))
+        .collect()
     }
 
     fn on_job(&mut self, id: ConnId, job: Job) {
@@ -332,7 +346,13 @@ impl Dispatcher {
         debug!(conn = %id, pid = job.pid, input = %job.spec.input_path, "job");
         let same_protocol = job.version == LOCAL_PROTOCOL_VERSION;
         let direct = job.direct.filter(|_| want == Want::Any && self.direct.is_some()).map(Arc::new);
-        let stay_local = job.stay_local.filter(|_| same_protocol);
+        let inputs_args = job.inputs_args.filter(|_| direct.is_some());
+        // Text would not compile as the source does: remote only as inputs.
+        let text_refused = job.text_refused.filter(|_| same_protocol);
+        let stay_local = job.stay_local.filter(|_| same_protocol).or_else(|| match &text_refused {
+            Some(why) if inputs_args.is_none() => Some(why.clone()),
+            _ => None,
+        });
         let want = if stay_local.is_some() { Want::LocalOnly } else { want };
         let state = if direct.is_some() { ConnState::Looking } else { ConnState::Queued };
         let lookup = self.direct.clone().zip(direct.clone()).map(|(cache, job)| (cache, job, compiler.clone()));
@@ -347,6 +367,9 @@ impl Dispatcher {
             read: None,
             want,
             stay_local,
+            inputs_args,
+            text_refused,
+            listed: None,
         };
         self.conns.insert(id, conn);
         let Some((cache, job, compiler)) = lookup else {
@@ -431,21 +454,56 @@ impl Dispatcher {
         };
         let Some((text, cacheable)) = source.take() else { return };
         let package = self.toolchains.package(toolchain.key());
-        let job =
-            RemoteJob { compiler: conn.compiler.clone(), toolchain, package, spec: conn.spec.clone(), text, cacheable };
+        let plan = match (&conn.inputs_args, &conn.direct, &self.direct, conn.listed.take()) {
+            (Some(args), Some(job), Some(cache), Some(listed)) => {
+                Ok((args.clone(), job.clone(), cache.clone(), listed, conn.compiler.clone()))
+            }
+            (None, ..) => Err("the command cannot be sent as its inputs"),
+            _ => Err("no direct-mode cache to vouch for its inputs"),
+        };
+        let text_allowed = conn.text_refused.is_none();
+        let job = RemoteJob {
+            compiler: conn.compiler.clone(),
+            toolchain,
+            package,
+            spec: conn.spec.clone(),
+            text,
+            cacheable,
+            inputs: None,
+        };
         let bytes = job.text.len();
-        let compile = self.remote.compile(job);
+        let remote = self.remote.clone();
         let limit = self.deadlines.for_unit(bytes);
         let task = self.work.spawn(async move {
+            let mut job = job;
+            let inputs = match plan {
+                Ok((args, direct, cache, listed, compiler)) => {
+                    let (spec, key) = (job.spec.clone(), job.toolchain.key());
+                    tokio::task::spawn_blocking(move || {
+                        inputs_job(&cache, &compiler, &direct, &listed, &spec, args, key, text_allowed)
+                    })
+                    .await
+                    .unwrap_or(Err("building its inputs failed"))
+                }
+                Err(why) => Err(why),
+            };
+            let refused = match inputs {
+                Ok(inputs) => {
+                    job.inputs = Some(inputs);
+                    None
+                }
+                Err(why) if text_allowed => Some(why),
+                Err(why) => return Done::Remote(Err(RemoteError::Agent(format!("only its inputs may go remote: {why}")))),
+            };
             // Past the deadline the compile's future is dropped, which
             // cancels the task at the scheduler (its agent's compiler is
             // killed); the unit then compiles here, so exactly one result
             // reaches the wrapper.
-            let result = match tokio::time::timeout(limit, compile).await {
+            let result = match tokio::time::timeout(limit, remote.compile(job)).await {
                 Ok(r) => r,
                 Err(_) => Err(RemoteError::Deadline(limit)),
             };
-            Done::Remote(result)
+            Done::Remote(result.map(|c| Compiled { text_because: c.text_because.or(refused), ..c }))
         });
         self.work_owner.insert(task.id(), (id, WorkKind::Remote));
         conn.state = ConnState::Compiling { task, started: Instant::now(), bytes };
@@ -520,6 +578,13 @@ impl Dispatcher {
                 if compiled.cached {
                     bump(&self.stats.preprocessed_hits);
                 }
+                if compiled.from_inputs {
+                    bump(&self.stats.remote_inputs);
+                } else {
+                    bump(&self.stats.remote_text);
+                    self.stats.text_because(compiled.text_because.unwrap_or("not sent as inputs"));
+                }
+                let from_inputs = compiled.from_inputs;
                 let (status, parts) = (compiled.exit_status, compiled.parts);
                 if let (0, Some(probe), Some(job), Some((listed, deps)), Some(cache)) =
                     (status, conn.probe.take(), conn.direct.clone(), conn.read.take(), self.direct.clone())
@@ -528,8 +593,8 @@ impl Dispatcher {
                     let parts = [parts.stdout.clone(), parts.stderr.clone(), parts.object.clone(), deps];
                     drop(tokio::task::spawn_blocking(move || record(&cache, &compiler, &probe, &job, &listed, parts)));
                 }
-                let header = CompiledHeader::of(status, &parts);
-                debug!(conn = %id, pid = conn.pid, status, "remote result");
+                let header = CompiledHeader { from_inputs, ..CompiledHeader::of(status, &parts) };
+                debug!(conn = %id, pid = conn.pid, status, from_inputs, "remote result");
                 let payload = vec![parts.stdout, parts.stderr, parts.object];
                 self.ipc.send(id, Outbound::Message(ConsumerdMsg::Compiled(header), payload));
             }
@@ -590,6 +655,54 @@ fn identity(t: &Toolchain) -> Vec<u8> {
     let mut v = t.key().0.to_le_bytes().to_vec();
     v.extend_from_slice(&t.binary_hash);
     v
+}
+
+/// Most bytes of an encoded inputs spec: a task header must stay within a frame.
+const MAX_INPUTS_SPEC: usize = 768 << 10;
+
+/// The unit `direct` as its inputs (on a blocking thread): `text` is the
+/// spec of its text, `args` the agent's arguments for the inputs, `toolchain`
+/// the route key of the compiler itself.
+#[allow(clippy::too_many_arguments)]
+fn inputs_job(
+    cache: &DirectCache,
+    compiler: &std::path::Path,
+    direct: &DirectJob,
+    listed: &[Vec<u8>],
+    text: &TaskSpec,
+    args: Vec<String>,
+    toolchain: ccroute_wire::ToolchainKey,
+    text_allowed: bool,
+) -> Result<InputsJob, &'static str> {
+    let unit = cache.inputs_of(compiler, direct, listed)?;
+    let cwd = std::str::from_utf8(&direct.cwd).map_err(|_| "the working directory is not UTF-8")?;
+    let mut env = text.env.clone();
+    for (k, v) in &direct.env {
+        if crate::cc::plan::INCLUDE_ENV.contains(&k.as_str()) {
+            let v = std::str::from_utf8(v).map_err(|_| "an include-path variable is not UTF-8")?;
+            env.push((k.clone(), v.to_owned()));
+        }
+    }
+    let spec = TaskSpec {
+        args,
+        input_path: text.input_path.clone(),
+        cwd: Some(cwd.trim_end_matches('/').to_owned()).filter(|c| !c.is_empty()).or(Some("/".into())),
+        env,
+        inputs: Some(ccroute_wire::Inputs {
+            toolchain,
+            driver: compiler.to_str().ok_or("the compiler's path is not UTF-8")?.to_owned(),
+            files: unit.files,
+            dirs: unit.dirs,
+        }),
+    };
+    if let Some(Err(e)) = spec.inputs.as_ref().map(ccroute_wire::Inputs::validate) {
+        debug!(error = %e, "inputs not sent");
+        return Err("its inputs are not a list an agent accepts");
+    }
+    if ccroute_wire::codec::encode_spec(&spec).len() > MAX_INPUTS_SPEC {
+        return Err("its list of inputs is larger than a task header");
+    }
+    Ok(InputsJob { spec, sources: Arc::new(unit.sources), text_allowed })
 }
 
 /// Records a compile in the direct-mode cache (on a blocking thread).

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ccroute_wire::{
-    cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader,
-    Toolchain, ToolchainKey, ToolchainUpdate,
+    cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, PayloadInfo, ResultHeader,
+    RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,9 @@ const MAX_OBJECT: u64 = 1 << 30;
 const BLOCKING_COMPRESS: usize = 256 << 10;
 /// How often the demand is reported when it changed.
 const DEMAND_EVERY: Duration = Duration::from_millis(100);
+/// After the scheduler said no agent takes a toolchain's inputs, units of
+/// it go as text for this long before inputs are tried again.
+const INPUTS_RETRY: Duration = Duration::from_secs(10);
 
 /// Where and how to reach the scheduler.
 #[derive(Debug, Clone)]
@@ -86,6 +89,8 @@ struct Inner {
     announced: Mutex<HashSet<ToolchainKey>>,
     /// Their packages, for agents that fetch them.
     supply: Supply,
+    /// Toolchains whose inputs no agent took lately, and since when.
+    inputs_off: Mutex<HashMap<ToolchainKey, Instant>>,
 }
 
 /// The link; cheap to clone.
@@ -117,6 +122,7 @@ impl Link {
             toolchains: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             supply: Supply::default(),
+            inputs_off: Mutex::new(HashMap::new()),
         });
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
@@ -148,6 +154,7 @@ impl Drop for Registration {
         if self.answered {
             return;
         }
+        self.inner.supply.forget(self.id);
         if lock(&self.inner.pending).remove(&self.id).is_some() {
             let cancel = Message::Cancel(Cancel { task_id: self.id });
             let _ = self.conn.writer.try_send(net::Outgoing::Frame { message: cancel, payload: Bytes::new() });
@@ -155,7 +162,7 @@ impl Drop for Registration {
     }
 }
 
-async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteError> {
+async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, RemoteError> {
     let Some(conn) = lock(&inner.current).clone() else {
         return Err(RemoteError::NotConnected);
     };
@@ -164,6 +171,35 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteEr
         inner.supply.offer(&job.toolchain, package.clone());
     }
     announce(&inner, &conn, &job.toolchain).await;
+    let mut text_because = None;
+    if let Some(inputs) = job.inputs.take() {
+        let off = lock(&inner.inputs_off).get(&toolchain).is_some_and(|t| t.elapsed() < INPUTS_RETRY);
+        if off {
+            text_because = Some("no agent took this toolchain's inputs lately");
+        } else {
+            match compile_inputs(&inner, &conn, &job, &inputs).await {
+                Ok(c) if c.exit_status == 0 => return Ok(Compiled { from_inputs: true, ..c }),
+                // The compiler's own words come from a local compile: a
+                // file the sandbox lacked must not fail the build.
+                Ok(_) => return Err(RemoteError::Agent("the compile from its inputs failed; compiling here".into())),
+                Err(RemoteError::SentBack(RetryReason::NoAgents)) => {
+                    let first = lock(&inner.inputs_off).insert(toolchain, Instant::now()).is_none();
+                    if first {
+                        tracing::info!(toolchain = %job.toolchain, "no agent takes this toolchain's units as inputs (none can make the sandbox); sending text");
+                    }
+                    text_because = Some("no agent takes this toolchain's inputs");
+                }
+                Err(RemoteError::Agent(why)) => {
+                    tracing::debug!(%why, "the agent could not compile the unit from its inputs; sending text");
+                    text_because = Some("the agent could not compile the unit from its inputs");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !inputs.text_allowed {
+            return Err(RemoteError::Agent(format!("only its inputs may go remote: {}", text_because.unwrap_or(""))));
+        }
+    }
     let spec = codec::encode_spec(&job.spec);
     let text = job.text;
     let large = text.len() >= BLOCKING_COMPRESS;
@@ -181,12 +217,45 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteEr
     } else {
         prepare()
     };
+    let header = TaskHeader { task_id: 0, toolchain, cache_key: key, spec, payload: info, inputs: false };
+    let compiled = submit(&inner, &conn, header, packed, None).await?;
+    Ok(Compiled { text_because, ..compiled })
+}
+
+/// Sends the unit as its inputs, on the toolchain's inputs twin.
+async fn compile_inputs(
+    inner: &Arc<Inner>,
+    conn: &Arc<Connected>,
+    job: &RemoteJob,
+    inputs: &super::InputsJob,
+) -> Result<Compiled, RemoteError> {
+    let twin = job.toolchain.inputs_twin().key();
+    let spec = codec::encode_spec(&inputs.spec);
+    // Over the spec (command, input paths and digests) and no text: what the
+    // agent verifies as it materialises each input.
+    let key = job.cacheable.then(|| cache_key(twin, &spec, &[]));
+    let header = TaskHeader { task_id: 0, toolchain: twin, cache_key: key, spec, payload: PayloadInfo::EMPTY, inputs: true };
+    submit(inner, conn, header, Bytes::new(), Some(inputs.sources.clone())).await
+}
+
+/// Registers a task, sends it, and waits for its answer; `sources` are
+/// served to its agent while it runs.
+async fn submit(
+    inner: &Arc<Inner>,
+    conn: &Arc<Connected>,
+    mut header: TaskHeader,
+    packed: Bytes,
+    sources: Option<super::supply::Sources>,
+) -> Result<Compiled, RemoteError> {
     let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+    header.task_id = id;
     let (tx, rx) = oneshot::channel();
     // Registered before it is sent: the answer may come back at once.
     lock(&inner.pending).insert(id, tx);
+    if let Some(sources) = sources {
+        inner.supply.register(id, sources);
+    }
     let mut registration = Registration { inner: inner.clone(), id, conn: conn.clone(), answered: false };
-    let header = TaskHeader { task_id: id, toolchain, cache_key: key, spec, payload: info };
     let sent = if packed.len() <= INLINE_PAYLOAD_MAX {
         conn.writer.send(Message::Task(header), packed).await
     } else {
@@ -197,6 +266,7 @@ async fn compile(inner: Arc<Inner>, job: RemoteJob) -> Result<Compiled, RemoteEr
     }
     let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
+    inner.supply.forget(id);
     answer
 }
 
@@ -224,11 +294,17 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, RemoteEr
         Outcome::Success => {
             let object = payload::decompress(&header.payload, object, MAX_OBJECT).map_err(RemoteError::BadObject)?;
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::from(object) };
-            Ok(Compiled { exit_status: 0, parts, cached: header.cached })
+            Ok(Compiled { exit_status: 0, parts, cached: header.cached, from_inputs: false, text_because: None })
         }
         Outcome::CompileFailed => {
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::new() };
-            Ok(Compiled { exit_status: header.exit_status, parts, cached: header.cached })
+            Ok(Compiled {
+                exit_status: header.exit_status,
+                parts,
+                cached: header.cached,
+                from_inputs: false,
+                text_because: None,
+            })
         }
         Outcome::InternalError(why) => Err(RemoteError::Agent(why)),
         Outcome::Defunct => Err(RemoteError::AgentLost),

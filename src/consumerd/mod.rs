@@ -61,6 +61,20 @@ pub struct RemoteJob {
     pub text: Bytes,
     /// The result may be cached (no `__DATE__`/`__TIME__`).
     pub cacheable: bool,
+    /// The unit as its inputs, sent before (and instead of) the text.
+    pub inputs: Option<InputsJob>,
+}
+
+/// A unit sent as its inputs ([`ccroute_wire::inputs`]).
+#[derive(Debug, Clone)]
+pub struct InputsJob {
+    /// The spec, its inputs listed.
+    pub spec: TaskSpec,
+    /// Where each digest can be read again, for the agent's fetch.
+    pub sources: Arc<std::collections::HashMap<[u8; 32], PathBuf>>,
+    /// Whether the text may go instead when no agent takes the inputs
+    /// (no: the text would not compile as the source does).
+    pub text_allowed: bool,
 }
 
 /// A remote compile's outcome, success or compile error alike.
@@ -73,6 +87,10 @@ pub struct Compiled {
     pub parts: CompiledParts,
     /// The scheduler's result cache answered it.
     pub cached: bool,
+    /// Compiled from the unit's inputs at their real paths.
+    pub from_inputs: bool,
+    /// Sent as inputs first and then as text: why.
+    pub text_because: Option<&'static str>,
 }
 
 /// The remote side of a consumerd, as its local side sees it.
@@ -241,6 +259,9 @@ pub struct Stats {
     peak_remote: AtomicU64,
     direct_hits: AtomicU64,
     preprocessed_hits: AtomicU64,
+    remote_inputs: AtomicU64,
+    remote_text: AtomicU64,
+    text_reasons: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -268,6 +289,10 @@ pub struct StatsSnapshot {
     pub direct_hits: u64,
     /// Remote compiles the scheduler's cache answered (after preprocessing here).
     pub preprocessed_hits: u64,
+    /// Remote compiles answered from the unit's inputs.
+    pub remote_inputs: u64,
+    /// Remote compiles answered from its text.
+    pub remote_text: u64,
 }
 
 impl Stats {
@@ -287,7 +312,19 @@ impl Stats {
             peak_remote: get(&self.peak_remote),
             direct_hits: get(&self.direct_hits),
             preprocessed_hits: get(&self.preprocessed_hits),
+            remote_inputs: get(&self.remote_inputs),
+            remote_text: get(&self.remote_text),
         }
+    }
+
+    fn text_because(&self, why: &'static str) {
+        *self.text_reasons.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(why).or_default() += 1;
+    }
+
+    /// Why units went remote as text rather than as their inputs, with counts.
+    pub fn text_reasons(&self) -> Vec<(&'static str, u64)> {
+        let reasons = self.text_reasons.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        reasons.iter().map(|(k, v)| (*k, *v)).collect()
     }
 }
 

@@ -7,6 +7,10 @@
 //! answered as unavailable: the agent's fetch fails and the task compiles
 //! here), and zstd-compressed on the blocking pool. The first time a
 //! toolchain is shipped, its size is logged.
+//!
+//! The inputs of a unit sent as its inputs are served the same way, asked
+//! for by the task's id ([`Fetch::Inputs`]): only the files listed for a
+//! task still in flight, each read again and checked.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -25,6 +29,18 @@ use crate::toolchain::Package;
 pub(crate) struct Supply {
     packages: Mutex<HashMap<ToolchainKey, (Toolchain, Arc<Package>)>>,
     shipped: Mutex<HashSet<ToolchainKey>>,
+    /// The inputs of tasks in flight: digest → a path that has it.
+    inputs: Mutex<HashMap<u64, Sources>>,
+}
+
+/// Where each digest of one task's inputs can be read.
+pub(crate) type Sources = Arc<HashMap<[u8; 32], std::path::PathBuf>>;
+
+/// What a fetch stream serves.
+enum Serving {
+    Nothing,
+    Toolchain(Toolchain, Arc<Package>),
+    Inputs(Sources),
 }
 
 impl Supply {
@@ -41,12 +57,22 @@ impl Supply {
         packages.insert(toolchain.key(), (toolchain.clone(), package));
     }
 
+    /// Serves the inputs of task `id` until [`Supply::forget`].
+    pub(crate) fn register(&self, id: u64, sources: Sources) {
+        Self::lock(&self.inputs).insert(id, sources);
+    }
+
+    /// Task `id` ended: its inputs are no longer served.
+    pub(crate) fn forget(&self, id: u64) {
+        Self::lock(&self.inputs).remove(&id);
+    }
+
     /// Serves one fetch stream until the agent ends it.
     pub(crate) async fn serve(&self, send: quinn::SendStream, recv: quinn::RecvStream, peer: SocketAddr) {
         let mut reader = FrameReader::new(recv, peer, Limits::DEFAULT);
         // Two blobs in flight at most: a compiler's largest file is tens of MB.
         let writer = FrameWriter::spawn(send, peer, 2);
-        let mut current: Option<(Toolchain, Arc<Package>)> = None;
+        let mut current = Serving::Nothing;
         let (mut blobs, mut raw, mut wire) = (0usize, 0u64, 0u64);
         loop {
             let frame = match reader.next().await {
@@ -66,26 +92,36 @@ impl Supply {
                         }
                         None => WirePackage::Unavailable("this consumerd has no package of that toolchain".into()),
                     };
-                    current = found;
+                    current = found.map_or(Serving::Nothing, |(t, p)| Serving::Toolchain(t, p));
                     if writer.send(Message::Package(Box::new(answer)), Bytes::new()).await.is_err() {
                         return;
                     }
                 }
+                Message::Fetch(Fetch::Inputs(id)) => {
+                    // A task that ended (or was never this consumerd's) serves nothing:
+                    // every blob asked for is then unavailable.
+                    let sources = Self::lock(&self.inputs).get(&id).cloned().unwrap_or_default();
+                    current = Serving::Inputs(sources);
+                }
                 Message::Fetch(Fetch::Blobs(digests)) => {
-                    let Some((_, package)) = &current else {
-                        tracing::warn!("an agent asked for blobs before naming a toolchain; stream closed");
-                        return;
+                    let sources = match &current {
+                        Serving::Toolchain(_, package) => &package.sources,
+                        Serving::Inputs(sources) => &**sources,
+                        Serving::Nothing => {
+                            tracing::warn!("an agent asked for blobs before naming a toolchain or a task; stream closed");
+                            return;
+                        }
                     };
                     // Each of its files once: a request that repeats a large
                     // digest must not make this machine read it again and again.
                     let mut seen = HashSet::new();
                     let wanted: Vec<[u8; 32]> = digests.into_iter().filter(|d| seen.insert(*d)).collect();
-                    if wanted.len() > package.sources.len() {
-                        tracing::warn!("an agent asked for more blobs than the toolchain has; stream closed");
+                    if wanted.len() > sources.len().max(1) {
+                        tracing::warn!("an agent asked for more blobs than it was offered; stream closed");
                         return;
                     }
                     for digest in wanted {
-                        let path = package.sources.get(&digest).cloned();
+                        let path = sources.get(&digest).cloned();
                         let read = tokio::task::spawn_blocking(move || path.and_then(|p| read_blob(&p, &digest)));
                         let (header, payload) = match read.await.ok().flatten() {
                             Some((info, bytes)) => {
@@ -110,7 +146,7 @@ impl Supply {
             }
         }
         let _ = writer.finish().await;
-        if let Some((toolchain, package)) = current {
+        if let Serving::Toolchain(toolchain, package) = current {
             let first = Self::lock(&self.shipped).insert(toolchain.key());
             let total = package.manifest.total_size();
             if first {
@@ -134,7 +170,7 @@ impl Supply {
 fn read_blob(path: &Path, digest: &[u8; 32]) -> Option<(PayloadInfo, Bytes)> {
     let bytes = std::fs::read(path).ok()?;
     if blake3::hash(&bytes).as_bytes() != digest {
-        tracing::warn!(path = %path.display(), "a toolchain file changed since it was packaged; not shipped");
+        tracing::warn!(path = %path.display(), "a file changed since it was offered; not sent");
         return None;
     }
     let (packed, info) = compress(&bytes);

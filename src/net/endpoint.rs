@@ -35,7 +35,8 @@ pub struct TransportOptions {
     pub max_concurrent_uni_streams: u32,
     /// Bidi streams the peer may have open at once: the control stream, and
     /// the fetch streams of shipped toolchains (an agent's to the scheduler,
-    /// the scheduler's relays to a consumerd), one per toolchain fetched.
+    /// the scheduler's relays to a consumerd), one per toolchain fetched and
+    /// one per unit whose inputs an agent lacks.
     pub max_concurrent_bidi_streams: u32,
     /// Bytes one stream may have in flight towards us.
     pub stream_receive_window: u32,
@@ -54,7 +55,7 @@ impl Default for TransportOptions {
             idle_timeout: Duration::from_secs(5),
             keep_alive: Duration::from_secs(1),
             max_concurrent_uni_streams: 64,
-            max_concurrent_bidi_streams: 16,
+            max_concurrent_bidi_streams: 256,
             stream_receive_window: 4 << 20,
             receive_window: 16 << 20,
             send_window: 16 << 20,

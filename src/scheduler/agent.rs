@@ -71,6 +71,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
                 Some(Inbound::Frame { message, payload, ticket }) => {
                     let frame = Frame { message, payload: payload.unwrap_or_default() };
+                    if let Message::TaskResult(r) = &frame.message {
+                        state.shipping.inputs_ended(node, r.task_id);
+                    }
                     if let Message::ToolchainUpdate(u) = &frame.message {
                         if ships {
                             let generation = *supplied.borrow_and_update();
@@ -86,7 +89,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
             },
             dispatch = session.next() => {
-                if send_dispatch(&conn, &writer, &mut senders, dispatch).await.is_err() {
+                if send_dispatch(&conn, &writer, &mut senders, dispatch, (&state.shipping, node)).await.is_err() {
                     break Ok(());
                 }
             }
@@ -107,7 +110,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             stream = conn.accept_bi() => match stream {
                 Ok((send, recv)) => {
                     let state = state.clone();
-                    senders.spawn(async move { super::shipping::relay(&state.shipping, send, recv).await });
+                    senders.spawn(async move { super::shipping::relay(&state.shipping, node, send, recv).await });
                 }
                 Err(_) => break Ok(()),
             },
@@ -162,11 +165,19 @@ async fn send_dispatch(
     writer: &FrameWriter,
     senders: &mut JoinSet<()>,
     dispatch: Dispatch<NetJob>,
+    (shipping, node): (&super::shipping::Shipping, super::shipping::SessionKey),
 ) -> Result<(), NetError> {
     match dispatch {
-        Dispatch::Cancel(id) => writer.send(Message::Cancel(Cancel { task_id: id.0 }), Bytes::new()).await,
+        Dispatch::Cancel(id) => {
+            shipping.inputs_ended(node, id.0);
+            writer.send(Message::Cancel(Cancel { task_id: id.0 }), Bytes::new()).await
+        }
         Dispatch::Assign(task) => {
             let body = task.body();
+            if body.header.inputs {
+                // Its agent fetches the inputs from the consumerd that sent it.
+                shipping.inputs_placed(node, task.id().0, body.origin, body.header.task_id);
+            }
             let header = TaskHeader { task_id: task.id().0, ..body.header.clone() };
             net::send_sized(conn, writer, senders, Message::Task(header), body.payload.clone(), ()).await
         }

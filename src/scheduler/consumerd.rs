@@ -101,13 +101,14 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
                         }
                     }
-                    if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket).await {
+                    if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket, node).await {
                         break Err(why);
                     }
                 }
                 Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(hit) }) => {
                     // Through the core like any task (counted, and answered by the cache hook).
-                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, CacheLookup::Hit(hit)).await {
+                    let hit = CacheLookup::Hit(hit);
+                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, hit, node).await {
                         break Err(why);
                     }
                 }
@@ -159,6 +160,7 @@ async fn on_frame(
     writer: &FrameWriter,
     frame: Frame,
     ticket: Ticket,
+    origin: super::shipping::SessionKey,
 ) -> super::SessionOutcome {
     match frame.message {
         Message::Task(header) => {
@@ -173,7 +175,7 @@ async fn on_frame(
                 },
                 Ticket::OverBudget => (None, CacheLookup::Unchecked),
             };
-            submit(session, writer, header, frame.payload, reservation, lookup).await
+            submit(session, writer, header, frame.payload, reservation, lookup, origin).await
         }
         Message::Cancel(c) => {
             session.cancel(c.task_id);
@@ -198,9 +200,11 @@ async fn submit(
     payload: Bytes,
     reservation: Option<Reservation>,
     lookup: CacheLookup,
+    origin: super::shipping::SessionKey,
 ) -> super::SessionOutcome {
     let (client_id, toolchain) = (header.task_id, header.toolchain);
-    match session.submit(client_id, toolchain, TaskBody::new(header, payload, reservation, lookup)) {
+    let body = TaskBody { origin, ..TaskBody::new(header, payload, reservation, lookup) };
+    match session.submit(client_id, toolchain, body) {
         Ok(_) => Ok(()),
         Err(e) => {
             let h = run_locally(client_id, RetryReason::Rejected(e.to_string()));

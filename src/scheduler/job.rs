@@ -31,12 +31,14 @@ pub struct TaskBody {
     pub lookup: CacheLookup,
     /// Whether the payload hashes to the claimed cache key (computed once, when needed).
     pub verified: OnceLock<bool>,
+    /// The consumerd session that sent it (an agent fetches a unit's inputs from it).
+    pub origin: super::shipping::SessionKey,
 }
 
 impl TaskBody {
     /// A task as it arrived, not looked up in the cache yet.
     pub fn new(header: TaskHeader, payload: Bytes, reservation: Option<Reservation>, lookup: CacheLookup) -> Self {
-        TaskBody { header, payload, reservation, lookup, verified: OnceLock::new() }
+        TaskBody { header, payload, reservation, lookup, verified: OnceLock::new(), origin: (0, 0) }
     }
 }
 

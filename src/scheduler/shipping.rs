@@ -16,8 +16,19 @@
 //! Left out: the scheduler does not check that the agent holds a task of
 //! that toolchain (compiler files are no secret), and picks the first
 //! supplier rather than the least busy.
+//!
+//! Units sent as their inputs ([`ccroute_wire::inputs`]) travel on each
+//! toolchain's inputs twin, which every agent that can make the sandbox
+//! serves besides the toolchain itself. Their fetch streams start with
+//! [`Fetch::Inputs`] naming the task by the id its agent knows: the relay
+//! goes to the consumerd that sent that task to that agent — recorded
+//! when the task was placed, forgotten when it ends — and nowhere else, so
+//! an agent reads only the inputs of tasks it holds, and only while it
+//! holds them.
 
 use std::collections::{HashMap, HashSet};
+
+use dashmap::DashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -75,11 +86,19 @@ pub(crate) struct Shipping {
     changed: watch::Sender<u64>,
     /// Woken when an agent re-attached.
     attached: Notify,
+    /// Inputs tasks on agents: (agent session, the agent's task id) →
+    /// (consumerd session, the consumerd's task id).
+    inputs: DashMap<(SessionKey, u64), (SessionKey, u64)>,
 }
 
 impl Default for Shipping {
     fn default() -> Self {
-        Shipping { inner: Mutex::default(), changed: watch::Sender::new(0), attached: Notify::new() }
+        Shipping {
+            inner: Mutex::default(),
+            changed: watch::Sender::new(0),
+            attached: Notify::new(),
+            inputs: DashMap::new(),
+        }
     }
 }
 
@@ -174,19 +193,38 @@ impl Shipping {
     }
 
     /// What an agent of `arch` that runs shipped toolchains serves: its own
-    /// and every supplied one, one per key.
+    /// and every supplied one, one per key, and the inputs twin of each.
     pub(crate) fn served_by(&self, arch: &str, native: &[Toolchain]) -> Vec<Toolchain> {
         let mut seen: HashSet<ToolchainKey> = native.iter().map(Toolchain::key).collect();
         let mut out = native.to_vec();
-        let inner = self.lock();
-        for s in inner.suppliers.values().filter(|s| s.arch == arch) {
-            for t in &s.toolchains {
-                if seen.insert(t.key()) {
-                    out.push(t.clone());
+        {
+            let inner = self.lock();
+            for s in inner.suppliers.values().filter(|s| s.arch == arch) {
+                for t in &s.toolchains {
+                    if seen.insert(t.key()) {
+                        out.push(t.clone());
+                    }
                 }
             }
         }
+        let twins: Vec<Toolchain> = out
+            .iter()
+            .filter(|t| t.kind != ToolchainKind::Test && !t.is_inputs_twin())
+            .map(Toolchain::inputs_twin)
+            .filter(|t| seen.insert(t.key()))
+            .collect();
+        out.extend(twins);
         out
+    }
+
+    /// An inputs task was placed on an agent: its fetches go to `origin`.
+    pub(crate) fn inputs_placed(&self, agent: SessionKey, task: u64, origin: SessionKey, origin_task: u64) {
+        self.inputs.insert((agent, task), (origin, origin_task));
+    }
+
+    /// The agent's task ended (answered, cancelled) or it left.
+    pub(crate) fn inputs_ended(&self, agent: SessionKey, task: u64) {
+        self.inputs.remove(&(agent, task));
     }
 
     /// An agent joined (or re-announced), with its shipping state, its
@@ -200,7 +238,7 @@ impl Shipping {
         native: &[Toolchain],
         generation: u64,
     ) {
-        let native = native.iter().map(Toolchain::key).collect();
+        let native = native.iter().flat_map(|t| [t.key(), t.inputs_twin().key()]).collect();
         self.lock().agents.insert(node, AgentShipping { state, native, arch: arch.to_owned(), attached: generation });
         self.attached.notify_waiters();
     }
@@ -208,6 +246,7 @@ impl Shipping {
     /// An agent left.
     pub(crate) fn remove_agent(&self, node: SessionKey) {
         self.lock().agents.remove(&node);
+        self.inputs.retain(|(agent, _), _| *agent != node);
     }
 
     /// An agent's shipping state, for `status`.
@@ -235,8 +274,13 @@ impl Shipping {
     }
 }
 
-/// Relays one fetch stream an agent opened (see the module doc).
-pub(crate) async fn relay(shipping: &Shipping, mut a_send: quinn::SendStream, mut a_recv: quinn::RecvStream) {
+/// Relays one fetch stream the agent `agent` opened (see the module doc).
+pub(crate) async fn relay(
+    shipping: &Shipping,
+    agent: SessionKey,
+    mut a_send: quinn::SendStream,
+    mut a_recv: quinn::RecvStream,
+) {
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_frame(&mut a_recv)).await {
         Ok(Ok(r)) => r,
         Ok(Err(why)) => {
@@ -250,24 +294,40 @@ pub(crate) async fn relay(shipping: &Shipping, mut a_send: quinn::SendStream, mu
             return;
         }
     };
-    let (key, frame) = request;
-    let Some(conn) = shipping.supplier_of(key) else {
-        let mut buf = BytesMut::new();
-        let why = "no connected consumerd supplies it".to_owned();
-        encode_header(&Message::Package(Box::new(Package::Unavailable(why))), &mut buf);
-        let _ = a_send.write_all(&buf).await;
-        let _ = a_send.finish();
-        return;
+    let (conn, frame, what) = match request {
+        Request::Toolchain(key, frame) => match shipping.supplier_of(key) {
+            Some(conn) => (conn, frame, format!("toolchain {key}")),
+            None => {
+                let mut buf = BytesMut::new();
+                let why = "no connected consumerd supplies it".to_owned();
+                encode_header(&Message::Package(Box::new(Package::Unavailable(why))), &mut buf);
+                let _ = a_send.write_all(&buf).await;
+                let _ = a_send.finish();
+                return;
+            }
+        },
+        Request::Inputs(task) => {
+            let origin = shipping.inputs.get(&(agent, task)).map(|e| *e.value());
+            let conn = origin.and_then(|(node, id)| Some((shipping.lock().conns.get(&node).cloned()?, id)));
+            let Some((conn, id)) = conn else {
+                tracing::debug!(task, "an agent asked for the inputs of a task it does not hold; closed");
+                let _ = a_send.reset(0u32.into());
+                return;
+            };
+            let mut buf = BytesMut::new();
+            encode_header(&Message::Fetch(Fetch::Inputs(id)), &mut buf);
+            (conn, buf.to_vec(), format!("inputs of task {task}"))
+        }
     };
     let (mut c_send, mut c_recv) = match tokio::time::timeout(REQUEST_TIMEOUT, conn.open_bi()).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::warn!(%key, error = %e, "cannot open a fetch stream to the consumerd");
+            tracing::warn!(fetch = %what, error = %e, "cannot open a fetch stream to the consumerd");
             let _ = a_send.reset(0u32.into());
             return;
         }
         Err(_) => {
-            tracing::warn!(%key, "the consumerd has no fetch stream free for 10 s; the agent's fetch fails");
+            tracing::warn!(fetch = %what, "the consumerd has no fetch stream free for 10 s; the agent's fetch fails");
             let _ = a_send.reset(0u32.into());
             return;
         }
@@ -292,8 +352,16 @@ async fn pipe(from: &mut quinn::RecvStream, to: &mut quinn::SendStream) {
     }
 }
 
-/// Reads the first frame: its key and its bytes, to forward as they came.
-async fn read_frame(recv: &mut quinn::RecvStream) -> Result<(ToolchainKey, Vec<u8>), String> {
+/// What a fetch stream asks for.
+enum Request {
+    /// A toolchain, with the first frame's bytes to forward as they came.
+    Toolchain(ToolchainKey, Vec<u8>),
+    /// The inputs of the agent's task.
+    Inputs(u64),
+}
+
+/// Reads the first frame.
+async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Request, String> {
     let mut len = [0u8; 4];
     recv.read_exact(&mut len).await.map_err(|e| e.to_string())?;
     let n = u32::from_le_bytes(len);
@@ -306,8 +374,9 @@ async fn read_frame(recv: &mut quinn::RecvStream) -> Result<(ToolchainKey, Vec<u
         Message::Fetch(Fetch::Toolchain(key)) => {
             let mut frame = len.to_vec();
             frame.extend_from_slice(&body);
-            Ok((key, frame))
+            Ok(Request::Toolchain(key, frame))
         }
+        Message::Fetch(Fetch::Inputs(task)) => Ok(Request::Inputs(task)),
         other => Err(format!("a fetch stream must start with a toolchain request, not a {}", other.name())),
     }
 }
@@ -337,7 +406,8 @@ mod tests {
         let s = Shipping::default();
         let mut rx = s.subscribe();
         let native = vec![tc("12", ToolchainKind::Gnu)];
-        assert_eq!(s.served_by("x86_64", &native), native);
+        // Each with its inputs twin: an agent that ships can make the sandbox.
+        assert_eq!(s.served_by("x86_64", &native), vec![native[0].clone(), native[0].inputs_twin()]);
         s.lock().suppliers.insert(
             (1, 1),
             Supplier {
@@ -346,20 +416,24 @@ mod tests {
             },
         );
         let served = s.served_by("x86_64", &native);
-        assert_eq!(served.len(), 2, "the native one is not listed twice");
-        assert!(s.served_by("aarch64", &native).len() == 1, "another architecture gets none");
+        assert_eq!(served.len(), 4, "the native one is not listed twice: {served:?}");
+        assert!(served.contains(&tc("11.4", ToolchainKind::Gnu).inputs_twin()));
+        assert!(s.served_by("aarch64", &native).len() == 2, "another architecture gets none");
+        let test = vec![tc("t", ToolchainKind::Test)];
+        assert_eq!(s.served_by("aarch64", &test), test, "the test toolchain has no twin");
         s.set_agent((9, 1), WireShipping::Ready("bubblewrap".into()), "x86_64", &native, 0);
         assert_eq!(s.shipped_to(tc("11.4", ToolchainKind::Gnu).key(), &[9]), vec![9]);
         assert!(s.shipped_to(tc("12", ToolchainKind::Gnu).key(), &[9]).is_empty());
         // An old session of that node ending late leaves the new one alone.
         s.remove_agent((9, 0));
         assert!(matches!(s.agent_state(9), WireShipping::Ready(_)));
+        assert!(s.shipped_to(native[0].inputs_twin().key(), &[9]).is_empty(), "its own, as inputs");
         s.remove_supplier((1, 0));
-        assert_eq!(s.served_by("x86_64", &native).len(), 2);
+        assert_eq!(s.served_by("x86_64", &native).len(), 4);
         s.remove_supplier((1, 1));
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
-        assert_eq!(s.served_by("x86_64", &native), native);
+        assert_eq!(s.served_by("x86_64", &native).len(), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -55,7 +55,7 @@ const MAX_LINKS: usize = 40;
 const MAX_FILES: usize = 20_000;
 
 /// A toolchain's manifest and where this host keeps each of its blobs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Package {
     /// The files, and the toolchain id (`manifest.id()`).
     pub manifest: Manifest,
@@ -133,11 +133,38 @@ pub(super) fn package(
             if let Some(dir) = out.single_word().filter(|a| Path::new(a).is_absolute()) {
                 packer.add_tree(Path::new(&dir), &[Path::new("lib")])?;
             }
+            // clang takes the C++ library of the GCC installation it finds
+            // by its `crtbegin.o`, which it looks for and never reads: without
+            // it, `clang++` elsewhere finds no `<iostream>`.
+            let verbose = probe.run(&["-v"])?;
+            let selected = verbose.stderr.lines().find_map(|l| l.strip_prefix("Selected GCC installation: "));
+            if let Some(dir) = selected.map(|d| lexical(Path::new(d.trim()))).filter(|d| d.is_absolute()) {
+                let crt = dir.join("crtbegin.o");
+                if crt.is_file() {
+                    packer.add_program(&crt)?;
+                }
+            }
         }
         ToolchainKind::Test => {}
     }
     packer.close_over_libraries()?;
     packer.finish(&driver)
+}
+
+/// `path` without `.` and with each `..` taking the component before it, as
+/// clang prints its GCC installation (`/usr/bin/../lib/gcc/...`).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The directory of `PATH` where `name` is an executable, as listed there.

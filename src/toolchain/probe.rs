@@ -40,6 +40,8 @@ pub(super) struct ProbeOutput {
     args: String,
     /// Standard output, lossily decoded.
     pub(super) stdout: String,
+    /// Standard error, lossily decoded.
+    pub(super) stderr: String,
 }
 
 impl ProbeOutput {
@@ -133,6 +135,7 @@ impl<'a> Probe<'a> {
             program: self.program.to_owned(),
             args: shown,
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
     }
 

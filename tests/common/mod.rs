@@ -85,7 +85,7 @@ impl Cluster {
     /// info logs.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
-        cmd.env("RUST_LOG", "info")
+        cmd.env("RUST_LOG", std::env::var("CCROUTE_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .env("CCROUTE_TLS_DIR", &self.tls)
             .env("CCROUTE_SOCKET", &self.socket)
             .env_remove("CCROUTE_SCHEDULER")

@@ -26,7 +26,7 @@ pub struct RawConsumerd {
 /// The spec of a test-toolchain task (`sleep_ms` > 0: the agent waits that long).
 pub fn spec(sleep_ms: u32) -> TaskSpec {
     let args = if sleep_ms > 0 { vec![format!("-sleep={sleep_ms}")] } else { vec![] };
-    TaskSpec { args, input_path: "t.c".into(), cwd: None, env: vec![] }
+    TaskSpec { args, input_path: "t.c".into(), cwd: None, env: vec![], inputs: None }
 }
 
 /// The key an honest consumerd computes for `source` under `spec`.
@@ -83,7 +83,7 @@ impl RawConsumerd {
     ) {
         let (packed, info) = payload::compress(source);
         let header =
-            TaskHeader { task_id: id, toolchain, cache_key: key, spec: codec::encode_spec(spec), payload: info };
+            TaskHeader { task_id: id, toolchain, cache_key: key, spec: codec::encode_spec(spec), payload: info, inputs: false };
         let packed = Bytes::from(packed);
         if packed.len() <= INLINE_PAYLOAD_MAX {
             self.writer.send(Message::Task(header), packed).await.unwrap();

@@ -23,9 +23,9 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The oldest peer version this build talks to.
-pub const MIN_COMPATIBLE_VERSION: u32 = 3;
+pub const MIN_COMPATIBLE_VERSION: u32 = 4;
 /// Largest handshake frame.
 pub const MAX_HANDSHAKE: u32 = 1 << 20;
 

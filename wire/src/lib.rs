@@ -10,6 +10,7 @@
 //! - [`frame`]: length-prefixed frames with raw payloads after their header.
 //! - [`toolchain`]: toolchain identity and its stable 128-bit key.
 //! - [`manifest`]: a toolchain as files, for agents that do not have it.
+//! - [`inputs`]: a unit as the files it reads, for agents to compile at their real paths.
 //! - [`cache_key`]: result-cache keys over an unambiguous encoding.
 //! - [`payload`]: payload compression.
 //! - [`local`]: the wrapper ↔ consumerd protocol on the Unix socket.
@@ -21,6 +22,7 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod inputs;
 pub mod local;
 pub mod manifest;
 pub mod message;
@@ -34,6 +36,7 @@ pub use handshake::{
     Hello, HelloBody, HelloOutcome, HelloReply, Refusal, RefusalKind, Role, Shipping, SystemInfo, Welcome,
     PROTOCOL_VERSION,
 };
+pub use inputs::{InputFile, Inputs, InputsError};
 pub use manifest::{Entry, EntryKind, Manifest, ManifestError};
 pub use message::*;
 pub use toolchain::{Lang, Toolchain, ToolchainKey, ToolchainKind};

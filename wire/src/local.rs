@@ -41,7 +41,7 @@ use crate::message::TaskSpec;
 
 /// Version of this protocol, carried by every [`Job`]: a wrapper and a
 /// consumerd from different builds notice it instead of misreading each other.
-pub const LOCAL_PROTOCOL_VERSION: u32 = 3;
+pub const LOCAL_PROTOCOL_VERSION: u32 = 4;
 
 /// How often a consumerd tells a waiting wrapper it is still at work
 /// ([`ConsumerdMsg::Waiting`]).
@@ -146,6 +146,12 @@ pub struct Job {
     /// answer it, and on a miss it runs at once, without a slot, as it would
     /// without ccroute.
     pub stay_local: Option<String>,
+    /// The agent's arguments for a compile from the unit's inputs
+    /// ([`crate::inputs`]); `None`: it cannot be sent so.
+    pub inputs_args: Option<Vec<String>>,
+    /// It may go remote only as its inputs (why not as text); otherwise it
+    /// runs here as with `stay_local`.
+    pub text_refused: Option<String>,
 }
 
 /// The header of the preprocessed text.
@@ -230,6 +236,9 @@ pub struct CompiledHeader {
     pub stderr_len: u64,
     /// Bytes of object (0 when the compile failed).
     pub object_len: u64,
+    /// The agent compiled the unit from its inputs at their real paths
+    /// ([`crate::inputs`]): its diagnostics read as a local compile's.
+    pub from_inputs: bool,
 }
 
 /// stdout, stderr and object of a [`CompiledHeader`]'s payload.
@@ -251,6 +260,7 @@ impl CompiledHeader {
             stdout_len: parts.stdout.len() as u64,
             stderr_len: parts.stderr.len() as u64,
             object_len: parts.object.len() as u64,
+            from_inputs: false,
         }
     }
 

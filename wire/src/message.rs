@@ -134,8 +134,11 @@ pub struct TaskHeader {
     pub cache_key: Option<CacheKey>,
     /// An encoded [`TaskSpec`] (see [`crate::codec::encode_spec`]).
     pub spec: Bytes,
-    /// The preprocessed source that follows.
+    /// The preprocessed source that follows (none for a unit sent as its inputs).
     pub payload: PayloadInfo,
+    /// The unit travels as its inputs (the spec lists them): the agent
+    /// fetches them through the scheduler from the sender.
+    pub inputs: bool,
 }
 
 /// What the agent needs to know to run a compile.
@@ -162,9 +165,14 @@ pub struct TaskSpec {
     /// The few environment variables that change what the compiler prints
     /// (the locale: quotes and translations; `GCC_COLORS`), as the command
     /// had them, so that remote diagnostics read like local ones. The agent
-    /// accepts only those names.
+    /// accepts only those names. A unit sent as its inputs carries the
+    /// include-path variables too (`CPATH` and its kin).
     pub env: Vec<(String, String)>,
+    /// Set: the unit travels as its inputs, not as text ([`crate::inputs`]),
+    /// and `args` is the command's own, preprocessor options included.
+    pub inputs: Option<crate::inputs::Inputs>,
 }
+
 /// The outcome of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -289,6 +297,11 @@ pub enum Fetch {
     /// These contents of it, by blake3: answered by one [`BlobHeader`] each,
     /// in order.
     Blobs(Vec<[u8; 32]>),
+    /// The inputs of a task this agent runs, by the task id the scheduler
+    /// gave it (the scheduler relays the stream to the task's consumerd and
+    /// rewrites the id to the consumerd's); no answer of its own, blobs are
+    /// then asked for with [`Fetch::Blobs`].
+    Inputs(u64),
 }
 
 /// A consumerd's answer to [`Fetch::Toolchain`].

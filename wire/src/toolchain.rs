@@ -104,6 +104,23 @@ impl Toolchain {
     }
 }
 
+/// What [`Toolchain::inputs_twin`] appends to the compiler's name.
+pub const INPUTS_SUFFIX: &str = " (inputs)";
+
+impl Toolchain {
+    /// The route for units sent as their inputs ([`crate::inputs`]): the
+    /// same toolchain under another key, served only by agents that can
+    /// make the sandbox those units compile in.
+    pub fn inputs_twin(&self) -> Toolchain {
+        Toolchain { compiler: format!("{}{INPUTS_SUFFIX}", self.compiler), ..self.clone() }
+    }
+
+    /// Whether this is an inputs twin.
+    pub fn is_inputs_twin(&self) -> bool {
+        self.compiler.ends_with(INPUTS_SUFFIX)
+    }
+}
+
 impl fmt::Display for Toolchain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} ({})", self.compiler, self.version, self.target)
@@ -177,6 +194,16 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), n);
+    }
+
+    #[test]
+    fn an_inputs_twin_is_another_route_of_the_same_toolchain() {
+        let t = tc(ToolchainKind::Gnu, Lang::C, "12", "x86_64-linux-gnu");
+        let twin = t.inputs_twin();
+        assert_ne!(twin.key(), t.key());
+        assert!(twin.is_inputs_twin() && !t.is_inputs_twin());
+        assert_eq!((twin.binary_hash, &twin.version), (t.binary_hash, &t.version));
+        assert_eq!(twin.key(), t.inputs_twin().key(), "stable");
     }
 
     #[test]

@@ -40,6 +40,7 @@
 //! `task_id`), resource limits other than time and sizes, and per-task
 //! cgroups.
 
+mod inputs;
 mod process;
 mod scratch;
 
@@ -53,19 +54,20 @@ use std::io::{self, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ccroute_wire::codec::decode_spec;
 use ccroute_wire::payload::{compress, decompress};
-use ccroute_wire::{DecodeError, Outcome, PayloadInfo, ResultHeader, TaskSpec, ToolchainKey};
+use ccroute_wire::{DecodeError, Outcome, PayloadInfo, ResultHeader, TaskSpec, Toolchain, ToolchainKey};
 use tempfile::TempDir;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::shipped::Shipping;
 use crate::cc::{self, AgentCommand, AgentSetupError, RefusedArg};
-use crate::toolchain::test_toolchain;
+use crate::toolchain::{test_toolchain, Package};
 
 pub use scratch::{default_parent as default_scratch_parent, ROOT_PREFIX};
 
@@ -116,6 +118,9 @@ pub struct ExecutorConfig {
     /// The sandbox and store for toolchains shipped to this agent, if it
     /// runs them.
     pub shipping: Option<Shipping>,
+    /// The installed compilers' identities and files, by toolchain key: a
+    /// unit sent as its inputs compiles in a sandbox built from them.
+    pub packages: HashMap<ToolchainKey, (Toolchain, Arc<Package>)>,
 }
 
 impl Default for ExecutorConfig {
@@ -127,6 +132,7 @@ impl Default for ExecutorConfig {
             offer_test_toolchain: true,
             limits: ExecLimits::default(),
             shipping: None,
+            packages: HashMap::new(),
         }
     }
 }
@@ -167,6 +173,8 @@ pub enum ExecutorError {
 pub struct ExecTask {
     /// Which compiler.
     pub toolchain: ToolchainKey,
+    /// The task's id as the scheduler gave it (its inputs are fetched by it).
+    pub task_id: u64,
     /// The connection a toolchain this agent lacks is fetched over.
     pub fetch: Option<quinn::Connection>,
     /// An encoded [`TaskSpec`].
@@ -254,6 +262,7 @@ pub struct Executor {
     test_key: Option<ToolchainKey>,
     limits: ExecLimits,
     shipping: Option<Shipping>,
+    packages: HashMap<ToolchainKey, (Toolchain, Arc<Package>)>,
     path_env: Option<OsString>,
     running: AtomicU32,
 }
@@ -272,6 +281,7 @@ impl Executor {
             test_key: config.offer_test_toolchain.then(|| test_toolchain().key()),
             limits: config.limits,
             shipping: config.shipping,
+            packages: config.packages,
             path_env: std::env::var_os("PATH"),
             running: AtomicU32::new(0),
         })
@@ -316,6 +326,9 @@ impl Executor {
         let spec = decode_spec(&task.spec).map_err(TaskError::malformed)?;
         if self.test_key == Some(task.toolchain) {
             return self.run_test(spec, &task, stop).await;
+        }
+        if spec.inputs.is_some() {
+            return self.run_inputs(spec, &task, stop).await;
         }
         // Before anything is fetched or run.
         cc::validate(&spec).map_err(TaskError::Refused)?;

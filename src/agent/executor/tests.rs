@@ -62,7 +62,7 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 fn task(toolchain: ToolchainKey, spec: &TaskSpec, source: &[u8]) -> ExecTask {
     let (wire, payload) = compress(source);
-    ExecTask { toolchain, fetch: None, spec: encode_spec(spec), payload, source: wire.into() }
+    ExecTask { toolchain, fetch: None, spec: encode_spec(spec), payload, source: wire.into(), task_id: 0 }
 }
 
 fn spec(args: &[&str], input: &str) -> TaskSpec {
@@ -70,7 +70,7 @@ fn spec(args: &[&str], input: &str) -> TaskSpec {
         args: args.iter().map(|s| s.to_string()).collect(),
         input_path: input.to_owned(),
         cwd: None,
-        env: vec![],
+        env: vec![], inputs: None,
     }
 }
 

@@ -78,7 +78,7 @@ pub(super) async fn fetch(
     }
     on_manifest(&manifest)?;
     deadline += std::time::Duration::from_secs(manifest.total_size() >> 20);
-    let sizes: std::collections::HashMap<[u8; 32], (u64, bool)> = manifest
+    let sizes: Sizes = manifest
         .entries
         .iter()
         .filter_map(|e| match e.kind {
@@ -86,16 +86,67 @@ pub(super) async fn fetch(
             ccroute_wire::EntryKind::Symlink { .. } => None,
         })
         .collect();
-    let mut missing: Vec<[u8; 32]> = manifest.blobs().into_iter().map(|(d, _)| d).filter(|d| !have(d)).collect();
+    let missing: Vec<[u8; 32]> = manifest.blobs().into_iter().map(|(d, _)| d).filter(|d| !have(d)).collect();
     let mut fetched = Fetched { toolchain, manifest, blobs: 0, raw_bytes: 0, wire_bytes: 0 };
+    let got = blobs(&mut send, &mut reader, missing, &sizes, blobs_dir, deadline, true, on_blob).await?;
+    (fetched.blobs, fetched.raw_bytes, fetched.wire_bytes) = got;
+    let _ = send.finish();
+    Ok(fetched)
+}
+
+/// Size and executable bit of each blob a fetch may ask for.
+type Sizes = std::collections::HashMap<[u8; 32], (u64, bool)>;
+
+/// Fetches the inputs `missing` (digest, size) of the agent's task `task`
+/// over `conn` into `blobs_dir`, within `limit`. Returns the bytes of blob
+/// files it created.
+pub(super) async fn fetch_inputs(
+    conn: &quinn::Connection,
+    task: u64,
+    missing: &[([u8; 32], u64)],
+    blobs_dir: &Path,
+    limit: std::time::Duration,
+) -> Result<u64, String> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| format!("cannot open a fetch stream: {e}"))?;
+    let limits = Limits { max_payload: MAX_BLOB_WIRE, ..Limits::DEFAULT };
+    let mut reader = FrameReader::new(recv, conn.remote_address(), limits);
+    write(&mut send, &Message::Fetch(Fetch::Inputs(task))).await?;
+    let sizes: Sizes = missing.iter().map(|(d, size)| (*d, (*size, false))).collect();
+    let written = std::sync::atomic::AtomicU64::new(0);
+    let on_blob = |size: u64| {
+        written.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+    };
+    let wanted = missing.iter().map(|(d, _)| *d).collect();
+    blobs(&mut send, &mut reader, wanted, &sizes, blobs_dir, deadline, false, on_blob).await?;
+    let _ = send.finish();
+    Ok(written.into_inner())
+}
+
+/// Asks for `missing` and stores each blob that matches its digest, asking
+/// again for those that do not, up to [`ATTEMPTS`] times. Returns blobs,
+/// bytes and wire bytes received; `on_blob` is told the size of each blob
+/// file created.
+#[allow(clippy::too_many_arguments)]
+async fn blobs(
+    send: &mut quinn::SendStream,
+    reader: &mut FrameReader,
+    mut missing: Vec<[u8; 32]>,
+    sizes: &Sizes,
+    blobs_dir: &Path,
+    deadline: tokio::time::Instant,
+    sync: bool,
+    on_blob: impl Fn(u64),
+) -> Result<(usize, u64, u64), String> {
+    let mut fetched = (0usize, 0u64, 0u64);
     for attempt in 1..=ATTEMPTS {
         if missing.is_empty() {
             break;
         }
-        write(&mut send, &Message::Fetch(Fetch::Blobs(missing.clone()))).await?;
+        write(send, &Message::Fetch(Fetch::Blobs(missing.clone()))).await?;
         let mut refused = Vec::new();
         for digest in &missing {
-            let (header, payload) = match next(&mut reader, deadline).await? {
+            let (header, payload) = match next(reader, deadline).await? {
                 (Message::Blob(h), p) => (h, p),
                 (other, _) => return Err(format!("expected a blob, got a {}", other.name())),
             };
@@ -106,7 +157,9 @@ pub(super) async fn fetch(
             if !available {
                 return Err(format!("the consumerd cannot read blob {}", hex(digest)));
             }
-            let (size, executable) = sizes[digest];
+            let Some(&(size, executable)) = sizes.get(digest) else {
+                return Err("a blob nobody asked for".into());
+            };
             let dir = blobs_dir.to_owned();
             let d = *digest;
             // Decompressing and hashing tens of MB: off the runtime's threads.
@@ -115,7 +168,7 @@ pub(super) async fn fetch(
                     Ok(raw) if raw.len() as u64 == size && blake3::hash(&raw).as_bytes() == &d => raw,
                     Ok(_) | Err(_) => return Ok(None),
                 };
-                store_blob(&dir, &d, executable, &raw).map(Some)
+                store_blob(&dir, &d, executable, &raw, sync).map(Some)
             })
             .await
             .map_err(|e| e.to_string())?
@@ -132,16 +185,15 @@ pub(super) async fn fetch(
                     }
                 }
             }
-            fetched.blobs += 1;
-            fetched.raw_bytes += size;
-            fetched.wire_bytes += info.len;
+            fetched.0 += 1;
+            fetched.1 += size;
+            fetched.2 += info.len;
         }
         missing = refused;
     }
     if !missing.is_empty() {
         return Err(format!("{} blob(s) did not match their digest after {ATTEMPTS} attempts", missing.len()));
     }
-    let _ = send.finish();
     Ok(fetched)
 }
 
@@ -179,8 +231,17 @@ async fn next(reader: &mut FrameReader, deadline: tokio::time::Instant) -> Resul
 }
 
 /// Writes a checked blob into place; `false` when it was there already (a
-/// concurrent fetch of another toolchain wrote it first).
-fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> std::io::Result<bool> {
+/// concurrent fetch of another toolchain wrote it first). `sync`: flushed to
+/// disk before it is named (a toolchain's files; a unit's inputs are
+/// checked again against their digest when a tree links them, so a torn
+/// one after a crash is refused, not compiled).
+pub(super) fn store_blob(
+    blobs: &Path,
+    digest: &[u8; 32],
+    executable: bool,
+    raw: &[u8],
+    sync: bool,
+) -> std::io::Result<bool> {
     let dest = blob_path(blobs, digest, executable);
     if dest.exists() {
         return Ok(false);
@@ -191,7 +252,9 @@ fn store_blob(blobs: &Path, digest: &[u8; 32], executable: bool, raw: &[u8]) -> 
     let parent = dest.parent().unwrap_or(blobs);
     let mut tmp = tempfile::NamedTempFile::new_in(parent)?;
     tmp.write_all(raw)?;
-    tmp.as_file().sync_data()?;
+    if sync {
+        tmp.as_file().sync_data()?;
+    }
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
     match tmp.persist_noclobber(&dest) {
         Ok(_) => Ok(true),

@@ -10,6 +10,7 @@
 //! and serves only its installed compilers.
 
 mod fetch;
+pub mod inputs;
 mod sandbox;
 mod store;
 
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use sandbox::{Sandbox, Top};
-pub use store::{Lease, Ready, Store, StoreError, DEFAULT_MAX_BYTES};
+pub use store::{Lease, Origin, Ready, Store, StoreError, DEFAULT_MAX_BYTES};
 
 /// What an agent needs to run shipped toolchains.
 #[derive(Debug, Clone)]

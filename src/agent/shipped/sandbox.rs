@@ -91,13 +91,44 @@ impl Sandbox {
         task_dir: &Path,
         cwd: &Path,
     ) -> Result<(PathBuf, Vec<OsString>), String> {
+        self.command_with(root, top, task_dir, cwd, false)
+    }
+
+    /// As [`Sandbox::command`], for a unit's tree ([`super::inputs`]): the
+    /// task directory's first component may be a directory of the tree,
+    /// which then holds the directory the task's is bound over.
+    ///
+    /// # Errors
+    /// As [`Sandbox::command`], but for the task directory's first component.
+    pub fn command_tree(
+        &self,
+        root: &Path,
+        top: &[Top],
+        task_dir: &Path,
+        cwd: &Path,
+    ) -> Result<(PathBuf, Vec<OsString>), String> {
+        self.command_with(root, top, task_dir, cwd, true)
+    }
+
+    fn command_with(
+        &self,
+        root: &Path,
+        top: &[Top],
+        task_dir: &Path,
+        cwd: &Path,
+        task_under_tree: bool,
+    ) -> Result<(PathBuf, Vec<OsString>), String> {
         let first = task_dir.components().find_map(|c| match c {
             std::path::Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
             _ => None,
         });
         for t in top {
+            let clash = match t {
+                Top::Dir(name) => first.as_deref() == Some(name.as_str()) && !task_under_tree,
+                Top::Link(name, _) => first.as_deref() == Some(name.as_str()),
+            };
             let (Top::Dir(name) | Top::Link(name, _)) = t;
-            if name == "proc" || name == "dev" || first.as_deref() == Some(name.as_str()) {
+            if name == "proc" || name == "dev" || clash {
                 return Err(format!("the toolchain has a top-level /{name}, where the sandbox mounts its own"));
             }
         }

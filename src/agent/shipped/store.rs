@@ -6,7 +6,16 @@
 //! <dir>/blobs/<2 hex>/<64 hex>.x     the same contents for executable entries, 0555
 //! <dir>/toolchains/<32 hex key>/package   the Package (toolchain + manifest); its mtime is the last use
 //! <dir>/toolchains/<32 hex key>/root/...  the tree: hard links to blobs, links as listed, dirs 0555
+//! <dir>/tasks/<name>/...               a unit's sandbox tree while it compiles (see [`super::inputs`])
 //! ```
+//!
+//! The inputs of units sent as their inputs are blobs too (`.r`), shared by
+//! every unit and client, kept while a unit's tree links them and after it,
+//! until the bound needs the room: then the blobs no tree links, longest
+//! unused first (a hard link made or removed stamps the file's ctime), go
+//! before any toolchain does. An installed compiler that compiles such units
+//! is imported into the store once, from its own files, so that its tree can
+//! be linked into theirs.
 //!
 //! Blobs are shared by every toolchain (gcc 11 and gcc 12 share their libc
 //! and binutils files): a fetch asks only for the ones missing. A tree is
@@ -53,7 +62,18 @@ pub struct Ready {
     pub top: Vec<Top>,
     /// Bytes of its distinct files.
     pub bytes: u64,
+    /// Its files.
+    pub manifest: Arc<Manifest>,
     key: ToolchainKey,
+}
+
+/// Where a toolchain that is not in the store comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    /// Fetched over this connection, through the scheduler.
+    Fetched(&'a quinn::Connection),
+    /// Installed here: imported from its own files.
+    Installed(&'a Toolchain, &'a Arc<crate::toolchain::Package>),
 }
 
 /// A toolchain a task holds: not evicted while any lease lives.
@@ -109,6 +129,8 @@ struct State {
     fetching: HashMap<ToolchainKey, watch::Receiver<Option<Result<(), StoreError>>>>,
     /// Blobs a fetch under way wrote or needs: never collected.
     pinned: HashMap<[u8; 32], u32>,
+    /// Input blobs whose bytes this process has checked against their digest.
+    verified: HashSet<[u8; 32]>,
     bytes: u64,
 }
 
@@ -129,6 +151,9 @@ impl Store {
     pub fn open(dir: &Path, max_bytes: u64) -> io::Result<Arc<Store>> {
         fs::create_dir_all(dir.join("blobs"))?;
         fs::create_dir_all(dir.join("toolchains"))?;
+        // Trees of units that were compiling when the agent stopped.
+        remove_tree(&dir.join("tasks"));
+        fs::create_dir_all(dir.join("tasks"))?;
         let mut state = State::default();
         for entry in fs::read_dir(dir.join("toolchains"))?.flatten() {
             let path = entry.path();
@@ -192,6 +217,14 @@ impl Store {
     /// # Errors
     /// When the fetch or the write fails; the next task fetches again.
     pub async fn lease(self: &Arc<Self>, key: ToolchainKey, conn: &quinn::Connection) -> Result<Lease, StoreError> {
+        self.lease_from(key, Origin::Fetched(conn)).await
+    }
+
+    /// The toolchain `key`, made ready from `origin` if it is not here.
+    ///
+    /// # Errors
+    /// When the fetch, the import or the write fails; the next task tries again.
+    pub async fn lease_from(self: &Arc<Self>, key: ToolchainKey, origin: Origin<'_>) -> Result<Lease, StoreError> {
         loop {
             let mut waiting = {
                 let mut state = self.lock();
@@ -209,9 +242,15 @@ impl Store {
                         let (tx, rx) = watch::channel(None);
                         state.fetching.insert(key, rx.clone());
                         let store = self.clone();
-                        let conn = conn.clone();
+                        let origin = match origin {
+                            Origin::Fetched(conn) => Owned::Fetched(conn.clone()),
+                            Origin::Installed(t, p) => Owned::Installed(t.clone(), p.clone()),
+                        };
                         tokio::spawn(async move {
-                            let result = store.fetch(key, &conn).await;
+                            let result = match origin {
+                                Owned::Fetched(conn) => store.fetch(key, &conn).await,
+                                Owned::Installed(t, p) => store.import(key, t, p).await,
+                            };
                             store.lock().fetching.remove(&key);
                             let _ = tx.send(Some(result));
                         });
@@ -284,11 +323,119 @@ impl Store {
         Ok(())
     }
 
-    /// Removes least recently used toolchains no task holds (but `keep`),
-    /// then unlinked blobs, until the store is within its bound.
-    fn evict(&self, keep: Option<ToolchainKey>) {
+    /// Imports an installed toolchain: its files copied into blobs (each
+    /// checked against its digest), its tree made from them.
+    async fn import(
+        self: &Arc<Self>,
+        key: ToolchainKey,
+        toolchain: Toolchain,
+        package: Arc<crate::toolchain::Package>,
+    ) -> Result<(), StoreError> {
+        let started = Instant::now();
+        if toolchain.key() != key || package.manifest.id() != toolchain.binary_hash {
+            return Err(StoreError::Io { key, why: "the installed toolchain changed since it was found".into() });
+        }
+        if package.manifest.total_size() > self.max_bytes {
+            let why = format!("{} bytes of files, more than the store's {}", package.manifest.total_size(), self.max_bytes);
+            return Err(StoreError::Io { key, why });
+        }
+        let pins = Pins { store: self.clone(), digests: Mutex::new(Vec::new()) };
+        pins.pin(package.manifest.blobs().iter().map(|(d, _)| *d));
+        let dir = self.dir.clone();
+        let store = self.clone();
+        let io_err = |e: io::Error| StoreError::Io { key, why: e.to_string() };
+        let (ready, bytes) = tokio::task::spawn_blocking(move || -> io::Result<(Ready, u64)> {
+            let blobs = dir.join("blobs");
+            let mut written = 0;
+            for e in &package.manifest.entries {
+                let EntryKind::File { digest, size, executable } = e.kind else { continue };
+                if blob_path(&blobs, &digest, false).exists() || blob_path(&blobs, &digest, true).exists() {
+                    continue;
+                }
+                let src = package.sources.get(&digest).ok_or_else(|| io::Error::other("a file without a source"))?;
+                let bytes = fs::read(src)?;
+                if bytes.len() as u64 != size || blake3::hash(&bytes).as_bytes() != &digest {
+                    return Err(io::Error::other(format!("{} changed since it was found", src.display())));
+                }
+                if fetch::store_blob(&blobs, &digest, executable, &bytes, false)? {
+                    written += size;
+                    store.lock().bytes += size;
+                }
+            }
+            let (ready, copied) = materialize(&dir, key, toolchain, &package.manifest)?;
+            store.lock().bytes += copied;
+            Ok((ready, written + copied))
+        })
+        .await
+        .map_err(|e| StoreError::Io { key, why: e.to_string() })?
+        .map_err(io_err)?;
+        tracing::info!(
+            toolchain = %ready.toolchain,
+            %key,
+            files = ready.manifest.blobs().len(),
+            imported_bytes = bytes,
+            ms = started.elapsed().as_millis() as u64,
+            "installed toolchain imported into the store (for units compiled from their inputs)"
+        );
+        self.lock().toolchains.insert(key, Slot { ready: Arc::new(ready), in_use: 0, last_used: Instant::now() });
+        drop(pins);
+        self.evict(Some(key));
+        Ok(())
+    }
+
+    /// Pins `digests` against collection until the guard drops.
+    pub(super) fn pin(self: &Arc<Self>, digests: impl Iterator<Item = [u8; 32]>) -> Pins {
+        let pins = Pins { store: self.clone(), digests: Mutex::new(Vec::new()) };
+        pins.pin(digests);
+        pins
+    }
+
+    /// Whether this process checked the blob `digest` already.
+    pub(super) fn checked(&self, digest: &[u8; 32]) -> bool {
+        self.lock().verified.contains(digest)
+    }
+
+    /// The blob `digest` was checked.
+    pub(super) fn mark_checked(&self, digest: [u8; 32]) {
+        let mut state = self.lock();
+        if state.verified.len() >= 1 << 20 {
+            state.verified.clear();
+        }
+        state.verified.insert(digest);
+    }
+
+    /// Counts bytes of blob files written outside a toolchain fetch.
+    pub(super) fn written(&self, bytes: u64) {
+        self.lock().bytes += bytes;
+    }
+
+    /// The blobs directory.
+    pub(super) fn blobs_dir(&self) -> PathBuf {
+        self.dir.join("blobs")
+    }
+
+    /// Where unit trees are made.
+    pub(super) fn tasks_dir(&self) -> PathBuf {
+        self.dir.join("tasks")
+    }
+
+    /// The bound.
+    pub(super) fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Within the bound again: first blobs no tree links, longest unused
+    /// first; then least recently used toolchains no task holds (but `keep`).
+    pub(super) fn evict(&self, keep: Option<ToolchainKey>) {
+        if self.lock().bytes <= self.max_bytes {
+            return;
+        }
+        let pinned: HashSet<[u8; 32]> = self.lock().pinned.keys().copied().collect();
+        let over = self.lock().bytes.saturating_sub(self.max_bytes);
+        let freed = collect_blobs(&self.dir.join("blobs"), &pinned, over);
         let victims: Vec<(ToolchainKey, PathBuf)> = {
-            let state = self.lock();
+            let mut state = self.lock();
+            state.bytes = state.bytes.saturating_sub(freed);
             if state.bytes <= self.max_bytes {
                 return;
             }
@@ -328,14 +475,21 @@ impl Store {
             }
         }
         let pinned: HashSet<[u8; 32]> = self.lock().pinned.keys().copied().collect();
-        let freed = collect_blobs(&self.dir.join("blobs"), &pinned);
+        let freed = collect_blobs(&self.dir.join("blobs"), &pinned, u64::MAX);
         let mut state = self.lock();
         state.bytes = state.bytes.saturating_sub(freed);
     }
 }
 
-/// Blobs a fetch pins against collection while it runs.
-struct Pins {
+/// An [`Origin`] a spawned task can own.
+enum Owned {
+    Fetched(quinn::Connection),
+    Installed(Toolchain, Arc<crate::toolchain::Package>),
+}
+
+/// Blobs pinned against collection while a fetch or a unit runs.
+#[derive(Debug)]
+pub(super) struct Pins {
     store: Arc<Store>,
     digests: Mutex<Vec<[u8; 32]>>,
 }
@@ -404,6 +558,7 @@ fn ready(key: ToolchainKey, toolchain: Toolchain, manifest: &Manifest, root: Pat
         root,
         top,
         bytes: manifest.total_size(),
+        manifest: Arc::new(manifest.clone()),
         toolchain,
         key,
     }
@@ -519,21 +674,24 @@ fn blob_bytes(blobs: &Path) -> u64 {
     blob_files(blobs).iter().map(|(_, m)| m.len()).sum()
 }
 
-/// Removes blob files no tree links to (link count 1) and not pinned;
-/// returns the bytes freed. Files not named like a blob (a fetch's
-/// temporary file being written) are left alone.
-fn collect_blobs(blobs: &Path, pinned: &HashSet<[u8; 32]>) -> u64 {
+/// Removes blob files no tree links to (link count 1) and not pinned,
+/// longest unused first (ctime: a link made or removed stamps it), until
+/// `enough` bytes are freed; returns the bytes freed. Files not named like a
+/// blob (a fetch's temporary file being written) are left alone.
+fn collect_blobs(blobs: &Path, pinned: &HashSet<[u8; 32]>, enough: u64) -> u64 {
+    let mut idle: Vec<(i64, PathBuf, u64)> = blob_files(blobs)
+        .into_iter()
+        .filter(|(path, meta)| meta.nlink() <= 1 && blob_digest(path).is_some_and(|d| !pinned.contains(&d)))
+        .map(|(path, meta)| (meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()), path, meta.len()))
+        .collect();
+    idle.sort_unstable();
     let mut freed = 0;
-    for (path, meta) in blob_files(blobs) {
-        if meta.nlink() > 1 {
-            continue;
-        }
-        match blob_digest(&path) {
-            Some(d) if !pinned.contains(&d) => {}
-            _ => continue,
+    for (_, path, len) in idle {
+        if freed >= enough {
+            break;
         }
         if fs::remove_file(&path).is_ok() {
-            freed += meta.len();
+            freed += len;
         }
     }
     freed

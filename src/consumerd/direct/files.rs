@@ -51,6 +51,10 @@ impl Marks {
     /// `#embed` or `.incbin`: the compile reads a file its dependency list
     /// may not name.
     pub const EMBED: u8 = 4;
+    /// `__has_include` or `__has_include_next`: the compile asks whether a
+    /// file exists without reading it, so its dependency list does not name
+    /// the file (see [`probed_names`]).
+    pub const PROBE: u8 = 8;
 
     /// Scans a file's bytes.
     pub fn of(bytes: &[u8]) -> Marks {
@@ -65,6 +69,9 @@ impl Marks {
         }
         if has(b".incbin") || has_embed(bytes) {
             m |= Marks::EMBED;
+        }
+        if has(b"__has_include") {
+            m |= Marks::PROBE;
         }
         Marks(m)
     }
@@ -83,11 +90,43 @@ fn has_embed(bytes: &[u8]) -> bool {
     })
 }
 
+/// What `__has_include(...)` asks for, by literal name: `(true, name)` for
+/// `"name"`, `(false, name)` for `<name>`; `None` when one of them names its
+/// file through a macro, which only the preprocessor can resolve.
+pub fn probed_names(bytes: &[u8]) -> Option<Vec<(bool, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for at in memchr::memmem::find_iter(bytes, b"__has_include") {
+        let mut rest = &bytes[at + b"__has_include".len()..];
+        if let Some(r) = rest.strip_prefix(b"_next") {
+            rest = r;
+        }
+        let skip = |r: &[u8]| -> usize { r.iter().take_while(|b| matches!(b, b' ' | b'\t')).count() };
+        rest = &rest[skip(rest)..];
+        // `#ifdef __has_include` and `defined(__has_include)`: no argument.
+        let Some(r) = rest.strip_prefix(b"(") else { continue };
+        rest = &r[skip(r)..];
+        let (quoted, close) = match rest.first() {
+            Some(b'"') => (true, b'"'),
+            Some(b'<') => (false, b'>'),
+            _ => return None,
+        };
+        let name = &rest[1..];
+        let end = name.iter().position(|b| *b == close || *b == b'\n')?;
+        if name[end] != close || end == 0 {
+            return None;
+        }
+        out.push((quoted, name[..end].to_vec()));
+    }
+    Some(out)
+}
+
 /// A file's digest and marks, and the stamp it had when it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Digested {
     /// blake3 of the bytes.
     pub digest: [u8; 32],
+    /// Its size.
+    pub size: u64,
     /// What the bytes use.
     pub marks: Marks,
     /// The later of mtime and ctime, in nanoseconds since the epoch.
@@ -237,7 +276,7 @@ impl Files {
         let id = (meta.dev(), meta.ino());
         let known = self.digests().get(&id).copied();
         if let Some(r) = known.filter(|r| r.size == meta.size() && r.mtime_ns == mtime && r.ctime_ns == ctime) {
-            return Ok(Digested { digest: r.digest, marks: r.marks, changed_ns: mtime.max(ctime) });
+            return Ok(Digested { digest: r.digest, size: r.size, marks: r.marks, changed_ns: mtime.max(ctime) });
         }
         let mut file = std::fs::File::open(path)?;
         let mut bytes = Vec::with_capacity(usize::try_from(meta.size()).unwrap_or(0));
@@ -255,7 +294,7 @@ impl Files {
             }
             digests.insert(id, Remembered { size: after.size(), mtime_ns: mtime, ctime_ns: ctime, digest, marks });
         }
-        Ok(Digested { digest, marks, changed_ns: mtime.max(ctime) })
+        Ok(Digested { digest, size: bytes.len() as u64, marks, changed_ns: mtime.max(ctime) })
     }
 
     /// Forgets everything.
@@ -370,6 +409,20 @@ pub fn absent(path: &Path) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probed_names_are_read_from_has_include_and_a_macro_refuses() {
+        let text = b"#ifdef __has_include\n#if __has_include(<sys/single_threaded.h>)\n#endif\n\
+                     #if defined(__has_include) && __has_include_next ( \"cfg.h\" )\n#endif\n";
+        assert_eq!(
+            probed_names(text),
+            Some(vec![(false, b"sys/single_threaded.h".to_vec()), (true, b"cfg.h".to_vec())])
+        );
+        assert!(Marks::of(text).has(Marks::PROBE));
+        assert_eq!(probed_names(b"#if __has_include(HEADER)\n"), None);
+        assert_eq!(probed_names(b"#if __has_include(<unterminated\n"), None);
+        assert!(!Marks::of(b"int x;").has(Marks::PROBE));
+    }
 
     #[test]
     fn marks_find_time_date_and_embeds() {

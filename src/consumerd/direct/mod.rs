@@ -42,6 +42,7 @@
 
 pub mod files;
 pub mod index;
+pub mod inputs;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};

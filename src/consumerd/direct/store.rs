@@ -24,7 +24,7 @@ use super::{Entry, Manifest};
 /// The file's name in the cache directory.
 pub const FILE_NAME: &str = "direct-manifests";
 
-const MAGIC: &[u8] = b"CCRDIRECT\x02";
+const MAGIC: &[u8] = b"CCRDIRECT\x03";
 
 /// Why the file was refused.
 #[derive(Debug, thiserror::Error)]

@@ -47,10 +47,10 @@ fn job_frame() -> BytesMut {
     let job = Job {
         version: LOCAL_PROTOCOL_VERSION,
         compiler: b"/usr/bin/gcc".to_vec(),
-        spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![] },
+        spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![], inputs: None },
         pid: 1,
         direct: None,
-        stay_local: None,
+        stay_local: None, inputs_args: None, text_refused: None,
     };
     let mut out = BytesMut::new();
     encode_local(&WrapperMsg::Job(job), b"", &mut out);

@@ -1,0 +1,227 @@
+//! Units sent as their inputs ([`ccroute_wire::inputs`]), on the agent:
+//! their files in the store, and the tree each one compiles in.
+//!
+//! [`prepare`] makes sure every input is a blob in the store — asking the
+//! task's consumerd, through the scheduler, for the ones missing, each
+//! checked against its digest as it arrives (and one stored by an earlier
+//! run checked once before this process first links it) — then builds the
+//! unit's tree under the store's `tasks/`: the toolchain's files and links
+//! and the unit's inputs, all hard links to blobs at their original
+//! absolute paths (relative to the tree), the directories the client had
+//! (its working directory, its include directories), nothing else. The
+//! sandbox binds that tree as its root. A path where the toolchain and the
+//! inputs disagree (an input below one of the toolchain's links, a file
+//! where the other has a directory) refuses the unit, which then compiles
+//! as text. The tree goes when the [`UnitTree`] drops.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccroute_wire::{EntryKind, Inputs};
+
+use super::sandbox::Top;
+use super::store::{blob_path, Pins, Ready, Store};
+
+/// Every input fetch may take this long, plus a second per MB.
+const FETCH_BASE: Duration = Duration::from_secs(30);
+
+/// A unit's tree; removed on drop.
+#[derive(Debug)]
+pub struct UnitTree {
+    /// The tree, to bind as the sandbox's root.
+    pub root: PathBuf,
+    /// Its top-level entries.
+    pub top: Vec<Top>,
+    /// Inputs fetched for it: blobs and bytes.
+    pub fetched: (usize, u64),
+    _pins: Pins,
+}
+
+impl Drop for UnitTree {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.root) {
+            tracing::warn!(path = %self.root.display(), error = %e, "cannot remove a unit's tree");
+        }
+    }
+}
+
+/// One node of a tree being planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File { src: PathBuf, digest: [u8; 32] },
+    Link(String),
+}
+
+/// Fetches what the store lacks of `inputs` (the agent's task `task`, over
+/// `conn`) and builds the unit's tree with `ready`'s files; `task_dir` is
+/// where the sandbox binds the task's writable directory.
+///
+/// # Errors
+/// What went wrong, for the task's internal error (the consumerd then sends
+/// the unit as text).
+pub async fn prepare(
+    store: &Arc<Store>,
+    ready: &Arc<Ready>,
+    inputs: &Inputs,
+    conn: &quinn::Connection,
+    task: u64,
+    task_dir: &Path,
+) -> Result<UnitTree, String> {
+    if inputs.total_size() > store.max_bytes() {
+        return Err(format!("{} bytes of inputs, more than the store's {}", inputs.total_size(), store.max_bytes()));
+    }
+    let pins = store.pin(inputs.files.iter().map(|f| f.digest));
+    let blobs = store.blobs_dir();
+    let missing: Vec<([u8; 32], u64)> = {
+        let blobs = blobs.clone();
+        let files: Vec<([u8; 32], u64)> = inputs.files.iter().map(|f| (f.digest, f.size)).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut seen = HashSet::new();
+            files.into_iter().filter(|(d, _)| seen.insert(*d) && !blob_path(&blobs, d, false).exists()).collect()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    };
+    let mut fetched = (0, 0);
+    if !missing.is_empty() {
+        let bytes: u64 = missing.iter().map(|(_, s)| s).sum();
+        let limit = FETCH_BASE + Duration::from_secs(bytes >> 20);
+        let written = super::fetch::fetch_inputs(conn, task, &missing, &blobs, limit)
+            .await
+            .map_err(|e| format!("fetching the unit's inputs: {e}"))?;
+        store.written(written);
+        fetched = (missing.len(), bytes);
+        // Room for the next unit; what this one links is pinned.
+        let s = store.clone();
+        drop(tokio::task::spawn_blocking(move || s.evict(None)));
+    }
+    let (store2, ready, inputs, task_dir) = (store.clone(), ready.clone(), inputs.clone(), task_dir.to_owned());
+    let (root, top) = tokio::task::spawn_blocking(move || build(&store2, &ready, &inputs, &task_dir))
+        .await
+        .map_err(|e| e.to_string())??;
+    Ok(UnitTree { root, top, fetched, _pins: pins })
+}
+
+/// Where the tree's nodes go: planned in memory first, so that a conflict
+/// is found before anything is written.
+fn plan(ready: &Ready, inputs: &Inputs, task_dir: &Path, blobs: &Path) -> Result<BTreeMap<String, Node>, String> {
+    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
+    fn dirs_to(nodes: &mut BTreeMap<String, Node>, rel: &str, and_self: bool) -> Result<(), String> {
+        let mut end = 0;
+        let mut ancestors: Vec<&str> = Vec::new();
+        while let Some(i) = rel[end..].find('/') {
+            end += i;
+            ancestors.push(&rel[..end]);
+            end += 1;
+        }
+        if and_self {
+            ancestors.push(rel);
+        }
+        for a in ancestors {
+            match nodes.get(a) {
+                None => {
+                    nodes.insert(a.to_owned(), Node::Dir);
+                }
+                Some(Node::Dir) => {}
+                Some(_) => return Err(format!("/{a} is a file or link of the toolchain and a directory of the unit")),
+            }
+        }
+        Ok(())
+    }
+    for e in &ready.manifest.entries {
+        dirs_to(&mut nodes, &e.path, false)?;
+        let node = match &e.kind {
+            EntryKind::File { digest, .. } => Node::File { src: ready.root.join(&e.path), digest: *digest },
+            EntryKind::Symlink { target } => Node::Link(target.clone()),
+        };
+        nodes.insert(e.path.clone(), node);
+    }
+    for f in &inputs.files {
+        // Validated: absolute and normalised.
+        let rel = &f.path[1..];
+        dirs_to(&mut nodes, rel, false)?;
+        match nodes.get(rel) {
+            None => {
+                let src = blob_path(blobs, &f.digest, false);
+                nodes.insert(rel.to_owned(), Node::File { src, digest: f.digest });
+            }
+            // A header the toolchain carries too (clang's own): the same file.
+            Some(Node::File { digest, .. }) if *digest == f.digest => {}
+            Some(_) => return Err(format!("{} differs from the toolchain's file or link there", f.path)),
+        }
+    }
+    for d in &inputs.dirs {
+        dirs_to(&mut nodes, &d[1..], true)?;
+    }
+    // The compiler by the path the client ran it by.
+    let driver = &inputs.driver[1..];
+    dirs_to(&mut nodes, driver, false)?;
+    if let Some(Node::Dir) | None = nodes.get(driver) {
+        if nodes.contains_key(driver) {
+            return Err(format!("the compiler's path {} is a directory of the unit", inputs.driver));
+        }
+        nodes.insert(driver.to_owned(), Node::Link(ready.driver.to_string_lossy().into_owned()));
+    }
+    // The task's directory is bound over a directory of the tree when its
+    // first component is one; elsewhere bwrap makes its own on the root.
+    let task = task_dir.to_str().ok_or("the task directory is not UTF-8")?.trim_start_matches('/').to_owned();
+    let first = task.split('/').next().unwrap_or_default();
+    if matches!(nodes.get(first), Some(Node::Dir)) {
+        dirs_to(&mut nodes, &task, true)?;
+    }
+    Ok(nodes)
+}
+
+fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Result<(PathBuf, Vec<Top>), String> {
+    let blobs = store.blobs_dir();
+    let nodes = plan(ready, inputs, task_dir, &blobs)?;
+    // An input stored by an earlier run is checked once before it is used.
+    for f in &inputs.files {
+        if store.checked(&f.digest) {
+            continue;
+        }
+        let path = blob_path(&blobs, &f.digest, false);
+        let ok = fs::read(&path).is_ok_and(|b| b.len() as u64 == f.size && blake3::hash(&b).as_bytes() == &f.digest);
+        if !ok {
+            let _ = fs::remove_file(&path);
+            return Err(format!("the stored input {} did not match its digest; removed", f.path));
+        }
+        store.mark_checked(f.digest);
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let root = store.tasks_dir().join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let made = (|| -> io::Result<()> {
+        fs::create_dir(&root)?;
+        for (rel, node) in &nodes {
+            let dest = root.join(rel);
+            match node {
+                Node::Dir => fs::create_dir(&dest)?,
+                Node::File { src, .. } => fs::hard_link(src, &dest)?,
+                Node::Link(target) => std::os::unix::fs::symlink(target, &dest)?,
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = made {
+        let _ = fs::remove_dir_all(&root);
+        return Err(format!("cannot build the unit's tree: {e}"));
+    }
+    let top = nodes
+        .iter()
+        .filter(|(rel, _)| !rel.contains('/'))
+        .filter_map(|(rel, node)| match node {
+            Node::Dir => Some(Top::Dir(rel.clone())),
+            Node::Link(target) => Some(Top::Link(rel.clone(), target.clone())),
+            // A lone file at the top cannot be bound as a directory is; no
+            // compile reads one.
+            Node::File { .. } => None,
+        })
+        .collect();
+    Ok((root, top))
+}

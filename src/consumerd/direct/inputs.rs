@@ -1,0 +1,140 @@
+//! A unit's inputs: every file its preprocessing read, by digest, for an
+//! agent that compiles the unmodified command at the real paths
+//! ([`ccroute_wire::inputs`]).
+//!
+//! The list is the preprocessor's own record of a real run (the line
+//! markers of the text the wrapper made), so computed includes and
+//! `#include_next` are in it. What it cannot show is asked for here:
+//!
+//! - `__has_include` asks whether a file exists without reading it. Each
+//!   file read that uses it ([`Marks::PROBE`]) is scanned for the names it
+//!   asks about, and every file of that name on the search path (the
+//!   includer's directory, the include directories, the system ones) is
+//!   added, so that the sandbox answers as this machine does. A name given
+//!   through a macro refuses the unit.
+//! - `#embed` and `.incbin` read files no list names: refused.
+//! - A file that changed after the compile started may not be what the
+//!   preprocessor read: refused.
+//! - A name reached through `..` is checked against where the kernel
+//!   resolves it (a symbolic link on the way makes the two differ): refused
+//!   when they differ.
+//!
+//! A refusal sends the unit as text, the way it went before inputs
+//! travelled. Main item: [`DirectCache::inputs_of`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use ccroute_wire::local::DirectJob;
+use ccroute_wire::InputFile;
+
+use super::files::{normalize, probed_names, Marks};
+use super::{now_ns, os, DirectCache, CHANGED_MARGIN_NS};
+
+/// The files of one unit and where each digest can be read again.
+#[derive(Debug, Clone, Default)]
+pub struct UnitInputs {
+    /// Sorted by path, each once.
+    pub files: Vec<InputFile>,
+    /// Directories that must exist: the working directory and the include
+    /// directories that exist here. Sorted, each once.
+    pub dirs: Vec<String>,
+    /// digest → a path that has it, for serving the blobs.
+    pub sources: HashMap<[u8; 32], PathBuf>,
+}
+
+impl DirectCache {
+    /// The inputs of `job`, whose preprocessing read `listed` (as its line
+    /// markers name them), compiled by `compiler`; why not, when they cannot
+    /// be vouched for.
+    ///
+    /// # Errors
+    /// Why the unit must go as text.
+    pub fn inputs_of(&self, compiler: &Path, job: &DirectJob, listed: &[Vec<u8>]) -> Result<UnitInputs, &'static str> {
+        let cwd = os(&job.cwd);
+        if !cwd.is_absolute() || cwd.to_str().is_none() {
+            return Err("the working directory is not an absolute UTF-8 path");
+        }
+        let started = i64::try_from(job.started_ns).unwrap_or(i64::MAX);
+        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let now = now_ns();
+        let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
+        let system = self.system_dirs(compiler, job.cxx);
+
+        // By the path's bytes, the order the agent checks.
+        let mut read: BTreeMap<String, InputFile> = BTreeMap::new();
+        let mut sources = HashMap::new();
+        // Adds a file; `Some(path)` when it uses `__has_include`.
+        let mut add = |path: PathBuf, missing_ok: bool| -> Result<Option<PathBuf>, &'static str> {
+            let text = path.to_str().ok_or("a path is not UTF-8")?.to_owned();
+            if read.contains_key(&text) {
+                return Ok(None);
+            }
+            let d = match self.files.digest(&path, now) {
+                Ok(d) => d,
+                // A name only a `#line` gives (a grammar file), or a probe's miss.
+                Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(_) => return Err("a file it read cannot be read now"),
+            };
+            if changed_after(d.changed_ns) {
+                return Err("a file changed while it was preprocessed");
+            }
+            if d.marks.has(Marks::EMBED) {
+                return Err("#embed or .incbin reads a file no list names");
+            }
+            sources.entry(d.digest).or_insert_with(|| path.clone());
+            read.insert(text.clone(), InputFile { path: text, digest: d.digest, size: d.size });
+            Ok(d.marks.has(Marks::PROBE).then_some(path))
+        };
+        let mut probing: Vec<PathBuf> = Vec::new();
+        probing.extend(add(normalize(cwd, os(&job.input)), false)?);
+        for name in listed {
+            if name.is_empty() || name.starts_with(b"<") {
+                continue;
+            }
+            let path = normalize(cwd, os(name));
+            if name.split(|b| *b == b'/').any(|s| s == b"..") {
+                // Lexically `a/../x` is `x`; through a link `a` it is not.
+                let real = std::fs::canonicalize(cwd.join(os(name))).ok();
+                if real.is_some() && real != std::fs::canonicalize(&path).ok() {
+                    return Err("a path reached through `..` and a symbolic link");
+                }
+            }
+            probing.extend(add(path, true)?);
+        }
+        // `__has_include`: every file of each probed name on the search path.
+        let mut probed = BTreeSet::new();
+        while let Some(file) = probing.pop() {
+            let bytes = std::fs::read(&file).map_err(|_| "a file it read cannot be read now")?;
+            let names = probed_names(&bytes).ok_or("__has_include names its file through a macro")?;
+            let dir = file.parent().map(Path::to_owned).unwrap_or_default();
+            for (quoted, name) in names {
+                let name = os(&name).to_owned();
+                if name.is_absolute() {
+                    if probed.insert(name.clone()) {
+                        probing.extend(add(normalize(cwd, &name), true)?);
+                    }
+                    continue;
+                }
+                let beside = quoted.then_some(&dir);
+                for d in beside.into_iter().chain(&include_dirs).chain(system.iter()) {
+                    let candidate = normalize(cwd, &d.join(&name));
+                    if probed.insert(candidate.clone()) {
+                        probing.extend(add(candidate, true)?);
+                    }
+                }
+            }
+        }
+        let mut dirs: BTreeSet<String> = BTreeSet::new();
+        for d in std::iter::once(cwd.to_owned()).chain(include_dirs).chain(system.iter().cloned()) {
+            let d = normalize(Path::new("/"), &d);
+            if d.as_os_str().as_bytes() != b"/" && d.is_dir() {
+                dirs.insert(d.to_str().ok_or("a path is not UTF-8")?.to_owned());
+            }
+        }
+        drop(add);
+        let files: Vec<InputFile> = read.into_values().collect();
+        Ok(UnitInputs { files, dirs: dirs.into_iter().collect(), sources })
+    }
+}
