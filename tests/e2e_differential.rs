@@ -6,6 +6,11 @@
 //! that ccroute keeps local on purpose, named below with its reason; the test
 //! fails on any difference and on any shape that goes another way than said.
 //!
+//! Twice: with an agent that can make the sandbox, where units go as their
+//! inputs and compile at their real paths (so `-pedantic`, clang `-g` and
+//! units whose text would not print the same diagnostics go remote too), and
+//! with one that cannot, where units go as preprocessed text.
+//!
 //! The figures (shapes tried, sent remote, identical, kept local and why) are
 //! printed at the end: `cargo test --test e2e_differential -- --nocapture`.
 //!
@@ -294,9 +299,23 @@ fn project(root: &Path) {
 
 #[test]
 fn command_shapes_match_plain_gcc_and_clang() {
+    differential(&[], true);
+}
+
+#[test]
+fn command_shapes_match_plain_gcc_and_clang_as_text() {
+    differential(&["--no-shipping"], false);
+}
+
+/// Reasons to stay local that only the text has: sent as inputs, these go remote.
+const TEXT_ONLY: &[&str] = &["-pedantic", "checksums", "the agent's diagnostics would not read as here"];
+
+fn differential(agent: &[&str], inputs: bool) {
     let mut c = Cluster::new();
     c.start_scheduler(&["--no-cache"]);
-    c.start_agent(&["--jobs", "2"]);
+    let mut args = vec!["--jobs", "2"];
+    args.extend_from_slice(agent);
+    c.start_agent(&args);
     c.start_consumerd(1, true);
     c.wait_ready(1);
     let root = c.dir.path().join("project");
@@ -326,11 +345,24 @@ fn command_shapes_match_plain_gcc_and_clang() {
         } else {
             differing.push(format!("{label}\n{}", describe(&plain, &through)));
         }
-        match (shape.way, where_ran.is_empty()) {
+        let way = match shape.way {
+            Way::Local(why) if inputs && TEXT_ONLY.contains(&why) => Way::Remote,
+            way => way,
+        };
+        match (way, where_ran.is_empty()) {
             (Way::Remote, true) => went_remote += 1,
             (Way::Local(why), false) if where_ran.contains(why) => *kept_local.entry(why).or_default() += 1,
             (way, _) => differing.push(format!("{label}: expected {way:?}, wrapper said {where_ran:?}")),
         }
+    }
+    let stats = c.command(ccroute()).args(["stats", "--json"]).output().unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let (as_inputs, as_text) = (&stats["counters"]["remote_inputs"], &stats["counters"]["remote_text"]);
+    println!("differential suite ({}): {as_inputs} compiled from their inputs, {as_text} from text", if inputs { "inputs" } else { "text" });
+    if inputs {
+        assert_eq!(stats["counters"]["remote_text"], 0, "with a sandbox every remote unit goes as inputs: {stats}");
+    } else {
+        assert_eq!(stats["counters"]["remote_inputs"], 0, "{stats}");
     }
     println!("differential suite: {} shapes tried, {went_remote} sent remote, {identical} identical, {} kept local on purpose, {} differing",
         shapes.len(), kept_local.values().sum::<usize>(), differing.len());

@@ -327,6 +327,9 @@ impl Dispatcher {
             ("fallback".into(), s.fallbacks),
             ("remote_inputs".into(), s.remote_inputs),
             ("remote_text".into(), s.remote_text),
+            ("inputs_task_bytes".into(), s.inputs_task_bytes),
+            ("inputs_blob_bytes".into(), s.inputs_blob_bytes),
+            ("text_task_bytes".into(), s.text_task_bytes),
         ]
         .into_iter()
         .chain(self.stats.text_reasons().into_iter().map(|(why, n)| (format!("text_because: {why}"), n)))
@@ -604,7 +607,12 @@ impl Dispatcher {
                     self.deadlines.observe(*bytes, started.elapsed());
                 }
                 debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
-                self.fall_back(id, reason.to_string());
+                let reason = match &conn.text_refused {
+                    // Why it could not go as text, then why not as inputs.
+                    Some(text) => format!("{text}; {reason}"),
+                    None => reason.to_string(),
+                };
+                self.fall_back(id, reason);
             }
             // A result for a state that moved on (e.g. an abandoned job's lookup).
             _ => {}
@@ -674,7 +682,7 @@ fn inputs_job(
     toolchain: ccroute_wire::ToolchainKey,
     text_allowed: bool,
 ) -> Result<InputsJob, &'static str> {
-    let unit = cache.inputs_of(compiler, direct, listed)?;
+    let unit = cache.inputs_of(compiler, direct, listed, &text.env)?;
     let cwd = std::str::from_utf8(&direct.cwd).map_err(|_| "the working directory is not UTF-8")?;
     let mut env = text.env.clone();
     for (k, v) in &direct.env {

@@ -36,6 +36,10 @@ use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX}
 const MAX_OBJECT: u64 = 1 << 30;
 /// Texts larger than this are compressed off the async threads.
 const BLOCKING_COMPRESS: usize = 256 << 10;
+/// A task frame's bytes besides its spec and payload (length prefix, ids,
+/// keys, payload info), counted with each task sent.
+const TASK_FRAME_OVERHEAD: usize = 80;
+
 /// How often the demand is reported when it changed.
 const DEMAND_EVERY: Duration = Duration::from_millis(100);
 /// After the scheduler said no agent takes a toolchain's inputs, units of
@@ -91,6 +95,8 @@ struct Inner {
     supply: Supply,
     /// Toolchains whose inputs no agent took lately, and since when.
     inputs_off: Mutex<HashMap<ToolchainKey, Instant>>,
+    /// The local side's counters (bytes sent are counted here).
+    stats: Arc<Stats>,
 }
 
 /// The link; cheap to clone.
@@ -123,6 +129,7 @@ impl Link {
             announced: Mutex::new(HashSet::new()),
             supply: Supply::default(),
             inputs_off: Mutex::new(HashMap::new()),
+            stats: stats.clone(),
         });
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
@@ -178,10 +185,14 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
             text_because = Some("no agent took this toolchain's inputs lately");
         } else {
             match compile_inputs(&inner, &conn, &job, &inputs).await {
-                Ok(c) if c.exit_status == 0 => return Ok(Compiled { from_inputs: true, ..c }),
-                // The compiler's own words come from a local compile: a
-                // file the sandbox lacked must not fail the build.
-                Ok(_) => return Err(RemoteError::Agent("the compile from its inputs failed; compiling here".into())),
+                Ok(c) if c.exit_status == 0 || !may_lack_a_file(&c.parts.stderr, &inputs.spec.env) => {
+                    return Ok(Compiled { from_inputs: true, ..c });
+                }
+                // A file the sandbox lacked must not fail the build: the
+                // local compile says whether it does.
+                Ok(_) => {
+                    return Err(RemoteError::Agent("the compile from its inputs missed a file; compiling here".into()))
+                }
                 Err(RemoteError::SentBack(RetryReason::NoAgents)) => {
                     let first = lock(&inner.inputs_off).insert(toolchain, Instant::now()).is_none();
                     if first {
@@ -222,6 +233,18 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
     Ok(Compiled { text_because, ..compiled })
 }
 
+/// Whether a failed compile's `stderr` may come from a file the sandbox
+/// lacked rather than from the source: a missing file in gcc's or clang's
+/// words, or messages in a language these words are not in.
+fn may_lack_a_file(stderr: &[u8], env: &[(String, String)]) -> bool {
+    let english = env
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "LANG" | "LC_ALL" | "LC_MESSAGES"))
+        .all(|(_, v)| v.is_empty() || v.starts_with("C") || v.starts_with("POSIX") || v.starts_with("en"));
+    let has = |needle: &[u8]| stderr.windows(needle.len()).any(|w| w == needle);
+    !english || has(b"No such file or directory") || has(b"file not found")
+}
+
 /// Sends the unit as its inputs, on the toolchain's inputs twin.
 async fn compile_inputs(
     inner: &Arc<Inner>,
@@ -256,6 +279,10 @@ async fn submit(
         inner.supply.register(id, sources);
     }
     let mut registration = Registration { inner: inner.clone(), id, conn: conn.clone(), answered: false };
+    let bytes = (header.spec.len() + packed.len() + TASK_FRAME_OVERHEAD) as u64;
+    let counter = if header.inputs { &inner.stats.inputs_task_bytes } else { &inner.stats.text_task_bytes };
+    // Relaxed: a display counter.
+    counter.fetch_add(bytes, Ordering::Relaxed);
     let sent = if packed.len() <= INLINE_PAYLOAD_MAX {
         conn.writer.send(Message::Task(header), packed).await
     } else {
@@ -392,7 +419,7 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                 Ok((send, recv)) => {
                     let inner = inner.clone();
                     let peer = conn.conn.remote_address();
-                    fetches.spawn(async move { inner.supply.serve(send, recv, peer).await });
+                    fetches.spawn(async move { inner.supply.serve(send, recv, peer, &inner.stats.inputs_blob_bytes).await });
                     continue;
                 }
                 Err(_) => return,

@@ -261,6 +261,11 @@ pub struct Stats {
     preprocessed_hits: AtomicU64,
     remote_inputs: AtomicU64,
     remote_text: AtomicU64,
+    /// Bytes of task frames sent: units as inputs (their lists), as text.
+    inputs_task_bytes: AtomicU64,
+    text_task_bytes: AtomicU64,
+    /// Bytes of inputs agents fetched from this consumerd, as sent (compressed).
+    inputs_blob_bytes: AtomicU64,
     text_reasons: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
@@ -293,6 +298,12 @@ pub struct StatsSnapshot {
     pub remote_inputs: u64,
     /// Remote compiles answered from its text.
     pub remote_text: u64,
+    /// Bytes of tasks sent as inputs (header and list of digests).
+    pub inputs_task_bytes: u64,
+    /// Bytes of tasks sent as text (header and compressed text).
+    pub text_task_bytes: u64,
+    /// Bytes of inputs agents fetched (compressed, as sent).
+    pub inputs_blob_bytes: u64,
 }
 
 impl Stats {
@@ -314,6 +325,9 @@ impl Stats {
             preprocessed_hits: get(&self.preprocessed_hits),
             remote_inputs: get(&self.remote_inputs),
             remote_text: get(&self.remote_text),
+            inputs_task_bytes: get(&self.inputs_task_bytes),
+            text_task_bytes: get(&self.text_task_bytes),
+            inputs_blob_bytes: get(&self.inputs_blob_bytes),
         }
     }
 

@@ -68,7 +68,14 @@ impl Supply {
     }
 
     /// Serves one fetch stream until the agent ends it.
-    pub(crate) async fn serve(&self, send: quinn::SendStream, recv: quinn::RecvStream, peer: SocketAddr) {
+    /// Inputs sent are counted in `inputs_sent` (bytes on the wire).
+    pub(crate) async fn serve(
+        &self,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        peer: SocketAddr,
+        inputs_sent: &std::sync::atomic::AtomicU64,
+    ) {
         let mut reader = FrameReader::new(recv, peer, Limits::DEFAULT);
         // Two blobs in flight at most: a compiler's largest file is tens of MB.
         let writer = FrameWriter::spawn(send, peer, 2);
@@ -128,6 +135,10 @@ impl Supply {
                                 blobs += 1;
                                 raw += info.raw_len;
                                 wire += info.len;
+                                if matches!(current, Serving::Inputs(_)) {
+                                    // Relaxed: a display counter.
+                                    inputs_sent.fetch_add(info.len, std::sync::atomic::Ordering::Relaxed);
+                                }
                                 (BlobHeader { digest, payload: info, available: true }, bytes)
                             }
                             None => {

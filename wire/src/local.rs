@@ -390,7 +390,7 @@ mod tests {
         WrapperMsg::Job(Job {
             version: LOCAL_PROTOCOL_VERSION,
             compiler: b"/usr/bin/gcc".to_vec(),
-            spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None, env: vec![] },
+            spec: TaskSpec { args: vec!["-O2".into()], input_path: "a.c".into(), cwd: None, env: vec![], inputs: None },
             pid: 42,
             direct: Some(DirectJob {
                 cwd: b"/w".to_vec(),
@@ -404,7 +404,7 @@ mod tests {
                 cxx: false,
                 started_ns: 1,
             }),
-            stay_local: None,
+            stay_local: None, inputs_args: None, text_refused: None,
         })
     }
 
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(err, DecodeError::PayloadTooLarge { len: u64::MAX, max: 256 << 20 });
 
         // Lengths that overflow when added still fail the limit.
-        let h = CompiledHeader { exit_status: 0, stdout_len: u64::MAX, stderr_len: 2, object_len: 3 };
+        let h = CompiledHeader { exit_status: 0, stdout_len: u64::MAX, stderr_len: 2, object_len: 3, from_inputs: false };
         let mut buf = BytesMut::new();
         encode_local_header(&ConsumerdMsg::Compiled(h), &mut buf);
         let err = LocalDecoder::<ConsumerdMsg>::new(CONSUMERD_LIMITS).decode(&mut buf).unwrap_err();

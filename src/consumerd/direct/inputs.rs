@@ -18,6 +18,9 @@
 //! - A name reached through `..` is checked against where the kernel
 //!   resolves it (a symbolic link on the way makes the two differ): refused
 //!   when they differ.
+//! - The locale the compiler prints in (its quotes, its translations) is
+//!   files it reads at start-up: those of the command's `LANG`/`LC_*` are
+//!   added ([`locale_files`]), so that diagnostics read as here.
 //!
 //! A refusal sends the unit as text, the way it went before inputs
 //! travelled. Main item: [`DirectCache::inputs_of`].
@@ -51,7 +54,13 @@ impl DirectCache {
     ///
     /// # Errors
     /// Why the unit must go as text.
-    pub fn inputs_of(&self, compiler: &Path, job: &DirectJob, listed: &[Vec<u8>]) -> Result<UnitInputs, &'static str> {
+    pub fn inputs_of(
+        &self,
+        compiler: &Path,
+        job: &DirectJob,
+        listed: &[Vec<u8>],
+        locale: &[(String, String)],
+    ) -> Result<UnitInputs, &'static str> {
         let cwd = os(&job.cwd);
         if !cwd.is_absolute() || cwd.to_str().is_none() {
             return Err("the working directory is not an absolute UTF-8 path");
@@ -103,6 +112,9 @@ impl DirectCache {
             }
             probing.extend(add(path, true)?);
         }
+        for f in locale_files(locale) {
+            add(f, true)?;
+        }
         // `__has_include`: every file of each probed name on the search path.
         let mut probed = BTreeSet::new();
         while let Some(file) = probing.pop() {
@@ -134,7 +146,77 @@ impl DirectCache {
             }
         }
         drop(add);
+        if read.values().any(|f| f.path.starts_with("/proc/") || f.path.starts_with("/dev/")) {
+            return Err("it reads a file under /proc or /dev");
+        }
         let files: Vec<InputFile> = read.into_values().collect();
         Ok(UnitInputs { files, dirs: dirs.into_iter().collect(), sources })
     }
+}
+
+/// Where glibc keeps compiled locales.
+const LOCALE_DIR: &str = "/usr/lib/locale";
+
+/// A locale archive larger than this is not sent (glibc then reads the
+/// locale's own directory, when there is one).
+const MAX_ARCHIVE: u64 = 64 << 20;
+
+/// The files the compiler's locale comes from, for `env` (the command's
+/// `LANG`, `LC_ALL`, `LC_CTYPE`, `LC_MESSAGES`): the locale archive, each
+/// named locale's directory (`C.UTF-8` is kept as `C.utf8`), and gcc's and
+/// cpplib's message catalogs for its language.
+pub fn locale_files(env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let names: BTreeSet<&str> = env
+        .iter()
+        .filter(|(k, _)| k == "LANG" || k.starts_with("LC_"))
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty() && !matches!(*v, "C" | "POSIX") && !v.contains('/') && !v.starts_with('.'))
+        .collect();
+    if names.is_empty() {
+        return out;
+    }
+    let archive = Path::new(LOCALE_DIR).join("locale-archive");
+    if std::fs::metadata(&archive).is_ok_and(|m| m.is_file() && m.len() <= MAX_ARCHIVE) {
+        out.push(archive);
+    }
+    for name in names {
+        // `en_US.UTF-8@euro` is also looked up as `en_US.utf8@euro`.
+        let (base, modifier) = name.split_once('@').map_or((name, None), |(b, m)| (b, Some(m)));
+        let mut variants = vec![name.to_owned()];
+        if let Some((lang, codeset)) = base.split_once('.') {
+            let norm: String =
+                codeset.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
+            variants.push(match modifier {
+                Some(m) => format!("{lang}.{norm}@{m}"),
+                None => format!("{lang}.{norm}"),
+            });
+        }
+        for v in &variants {
+            let dir = Path::new(LOCALE_DIR).join(v);
+            let mut stack = vec![dir];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    match e.file_type() {
+                        Ok(t) if t.is_dir() => stack.push(e.path()),
+                        Ok(t) if t.is_file() => out.push(e.path()),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let lang = base.split('.').next().unwrap_or(base);
+        let short = lang.split('_').next().unwrap_or(lang);
+        for l in BTreeSet::from([lang, short]) {
+            let dir = Path::new("/usr/share/locale").join(l).join("LC_MESSAGES");
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                if (n.starts_with("gcc") || n.starts_with("cpplib")) && n.ends_with(".mo") {
+                    out.push(e.path());
+                }
+            }
+        }
+    }
+    out
 }
