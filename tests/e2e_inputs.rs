@@ -208,3 +208,30 @@ fn a_unit_whose_inputs_cannot_be_vouched_for_goes_as_text_and_is_counted() {
     assert_eq!(count(&n, "remote_text"), 1, "it went remote as text: {n}");
     assert_eq!(count(&n, "text_because: __has_include names its file through a macro"), 1, "{n}");
 }
+
+#[test]
+fn an_agent_without_compilers_gets_the_toolchain_and_the_inputs_and_compiles_them_identically() {
+    for p in ["gcc", "clang", "bwrap"] {
+        require(p);
+    }
+    let mut c = Cluster::new();
+    c.start_scheduler(&[]);
+    let store = c.dir.path().join("agent-store");
+    // No compiler of its own: each toolchain is shipped, then each unit's inputs.
+    c.start_agent(&["--no-discover", "--jobs", "2", "--store-dir", store.to_str().unwrap()]);
+    c.start_consumerd(1, true);
+    c.wait_ready(1);
+    let dir: PathBuf = c.dir.path().join("p");
+    project(&dir);
+    age(&dir);
+    for (compiler, flags, src) in [("gcc", &["-O2", "-g"][..], "src/a.c"), ("clang", &["-O1", "-g"], "src/a.c")] {
+        let local = compile(&c, &dir, false, compiler, flags, src, "out.o");
+        let remote = compile(&c, &dir, true, compiler, flags, src, "out.o");
+        assert!(local == remote, "{compiler} {flags:?}: the object differs\n{}", c.logs());
+    }
+    let n = counters(&c);
+    assert_eq!(count(&n, "remote_inputs"), 2, "{n}\n{}", c.logs());
+    let s = c.status();
+    let shipped = s["routes"].as_array().unwrap().iter().filter(|r| r["shipped_to"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(shipped.count() >= 2, "the toolchains were shipped: {s}");
+}
