@@ -122,7 +122,8 @@ TINY_JOBS=200
 install_packages() {
     local -A pkg_of=([gcc]=gcc [g++]=g++ [make]=make [distcc]=distcc [distccd]=distcc
         [icecc]=icecc [iceccd]=icecc [icecc-scheduler]=icecc [icecc-create-env]=icecc
-        [ccache]=ccache [jq]=jq [ip]=iproute2 [unshare]=util-linux [setsid]=util-linux [ar]=binutils)
+        [ccache]=ccache [jq]=jq [ip]=iproute2 [unshare]=util-linux [setsid]=util-linux [ar]=binutils
+        [bwrap]=bubblewrap)
     local missing=() cmd
     for cmd in "${!pkg_of[@]}"; do
         command -v "$cmd" >/dev/null 2>&1 || missing+=("${pkg_of[$cmd]}")
@@ -515,10 +516,12 @@ start_ccroute() {
     wait_for "ccroute scheduler" 20 grep -q "listening on" "$dir/scheduler.out"
     CCROUTE_SCHEDULER_ADDR=$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$dir/scheduler.out" | head -n 1)
     [[ -n $CCROUTE_SCHEDULER_ADDR ]] || die "cannot read the scheduler's address from $dir/scheduler.out"
-    # The agent has this host's compilers: nothing to ship, no store in $HOME.
+    # The agent has this host's compilers: nothing to ship. Its store (in the
+    # work directory, never $HOME) holds the units' inputs, which compile in
+    # its sandbox at their real paths.
     local agent_args=(--scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" --name peers-agent)
-    if "$CCROUTE" agent --help 2>/dev/null | grep -q -- '--no-shipping'; then
-        agent_args+=(--no-shipping)
+    if "$CCROUTE" agent --help 2>/dev/null | grep -q -- '--store-dir'; then
+        agent_args+=(--store-dir "$dir/agent-store")
     fi
     "$CCROUTE" agent "${agent_args[@]}" >"$dir/agent.out" 2>"$dir/agent.log" &
     PIDS+=($!)
@@ -532,6 +535,21 @@ start_ccroute() {
     export CCROUTE_SOCKET=$dir/consumerd.sock
     wait_for "ccroute agent and consumerd" 20 ccroute_ready
     TOOLS+=(ccroute)
+    # For the tiny jobs only: a consumerd that sends every job remote.
+    if "$CCROUTE" consumerd --help 2>/dev/null | grep -q -- '--remote-only'; then
+        "$CCROUTE" consumerd --scheduler "$CCROUTE_SCHEDULER_ADDR" --tls-dir "$dir/tls" \
+            --socket "$dir/consumerd-remote.sock" --local-cache-dir "$dir/consumerd-remote-cache" --idle-exit 0 \
+            --remote-only >"$dir/consumerd-remote.out" 2>"$dir/consumerd-remote.log" &
+        PIDS+=($!)
+        wait_for "the remote-only consumerd" 20 test -S "$dir/consumerd-remote.sock"
+        CCROUTE_REMOTE=1
+    fi
+}
+CCROUTE_REMOTE=0
+
+# `ccroute stats --json` of the remote-only consumerd.
+ccroute_remote_stats() {
+    CCROUTE_SOCKET=$WORK/ccroute/consumerd-remote.sock "$CCROUTE" stats --json 2>/dev/null
 }
 
 # The counters of the daemon behind a tool, as "served hits": jobs the daemon
@@ -548,6 +566,10 @@ counters() {
             d=$("$CCROUTE" stats --json 2>/dev/null | jq -r '.counters.direct_hit // 0') || d=0
             jq -r --argjson d "${d:-0}" '"\(.totals.completed + .totals.intercepted + $d) \(.totals.intercepted + $d)"' <<<"$s"
             ;;
+        ccroute-remote)
+            # Served: compiled remotely, from inputs or text.
+            ccroute_remote_stats | jq -r '"\((.counters.remote_inputs // 0) + (.counters.remote_text // 0)) 0"' || echo "0 0"
+            ;;
         ccache)
             ccache --print-stats | awk '$1 ~ /_cache_hit$/ {h += $2} END {print 0, h + 0}'
             ;;
@@ -562,6 +584,10 @@ compilers_of() {
         distcc) echo "distcc gcc|distcc g++" ;;
         icecc) echo "icecc gcc|icecc g++" ;;
         ccroute) echo "$CCROUTE gcc|$CCROUTE g++" ;;
+        ccroute-remote)
+            local s=$WORK/ccroute/consumerd-remote.sock
+            echo "env CCROUTE_SOCKET=$s $CCROUTE gcc|env CCROUTE_SOCKET=$s $CCROUTE g++"
+            ;;
         ccache) echo "ccache gcc|ccache g++" ;;
     esac
 }
@@ -691,6 +717,7 @@ inner() {
         for c in "${CORPORA[@]}"; do
             tools=("${TOOLS[@]}")
             [[ $c == tiny ]] && tools+=(cpp)
+            [[ $c == tiny ]] && ((CCROUTE_REMOTE)) && tools+=(ccroute-remote)
             for tool in $(rotated "$r" "${tools[@]}"); do
                 measure cold "$c" "$tool" "$r" "$WORK/round/$r.h"
             done
@@ -700,6 +727,9 @@ inner() {
 
     if ((WARM)); then
         warm_rows
+    fi
+    if ((CCROUTE_REMOTE)); then
+        ccroute_remote_stats | jq '.counters' >"$WORK/ccroute-remote-counters" || true
     fi
     uptime >"$WORK/load-end"
     echo "$EPOCHREALTIME" >"$WORK/finished"
@@ -825,6 +855,7 @@ tool_name() {
         distcc) echo "distcc" ;;
         icecc) echo "icecream" ;;
         ccroute) echo "ccroute" ;;
+        ccroute-remote) echo "ccroute, every job remote (\\`--remote-only\\`)" ;;
         ccache) echo "ccache" ;;
     esac
 }
@@ -871,9 +902,12 @@ render() {
         echo "  that compiles (\`-m $NCPU\`), \`ICECC_PREFERRED_HOST\` set to it and \`ICECC_TEST_REMOTEBUILD=1\`, without which"
         echo "  icecc compiles a job in its own process when the chosen daemon is on 127.0.0.1."
         echo "- **ccroute**: \`CC='ccroute gcc'\`, a scheduler, one agent (\`--jobs\` default: $NCPU) and a consumerd in its"
-        echo "  **default mode**: local slots = CPUs ($NCPU), compiles beyond them go remote (preprocessed here, compiled"
-        echo "  by the agent) while the scheduler's remote window has room. On one machine \"remote\" shares the same"
-        echo "  cores, so this measures overhead, not speed-up."
+        echo "  **default mode**: local slots = CPUs ($NCPU), compiles beyond them go remote while the scheduler's"
+        echo "  remote window has room — as their inputs (preprocessed here once to learn which files they read;"
+        echo "  the digests sent; the agent fetches what its store lacks and compiles the unmodified command in its"
+        echo "  bubblewrap sandbox at the real paths). On one machine \"remote\" shares the same cores, so this"
+        echo "  measures overhead, not speed-up. For the tiny jobs a second consumerd with \`--remote-only\`"
+        echo "  sends every job to the agent."
         echo "- distccd and iceccd compile at their default nice level (5); ccroute's agent at 0. icecream's"
         echo "  scheduler counts only un-niced CPU as a host's load: at nice 0 its own compiles make its only worker"
         echo "  look busy and it holds jobs back."
@@ -941,10 +975,22 @@ render() {
             echo "| local gcc | $(fmt_ms $(stat perjob cold tiny local)) | $(fmt_ms $(STAT_FIELD=10 stat perjob cold tiny local)) |"
             # shellcheck disable=SC2046
             echo "| gcc -E alone (the floor: one extra preprocessing per job) | $(fmt_ms $(stat perjob cold tiny cpp)) | $(fmt_ms $(STAT_FIELD=10 stat perjob cold tiny cpp)) |"
-            for tool in "${tools[@]}"; do
+            local tiny_tools=("${tools[@]}")
+            grep -q "^cold"$'\t'"tiny"$'\t'"ccroute-remote"$'\t' "$WORK/results.tsv" && tiny_tools+=(ccroute-remote)
+            for tool in "${tiny_tools[@]}"; do
                 # shellcheck disable=SC2046
                 echo "| $(tool_name "$tool"), above local gcc | $(fmt_ms $(stat overhead cold tiny "$tool") +) | $(fmt_ms $(STAT_FIELD=10 stat overhead cold tiny "$tool") +) |"
             done
+            if [[ " ${tiny_tools[*]} " == *" ccroute-remote "* ]]; then
+                local rs
+                rs=$(cat "$WORK/ccroute-remote-counters" 2>/dev/null || echo "{}")
+                echo
+                echo "The remote-only consumerd: $(served cold tiny ccroute-remote | awk '{printf "%d of %d jobs compiled remotely", $1, $2}'),"
+                echo "$(jq -r '"\(.remote_inputs // 0) from their inputs (\(((.inputs_task_bytes // 0) / ((.remote_inputs // 1) | if . == 0 then 1 else . end) / 1000 * 10 | floor) / 10) KB of list a job, \((.inputs_blob_bytes // 0) / 1000 | floor) KB of files in all), \(.remote_text // 0) from text"' <<<"$rs") over all rounds."
+                echo "Each round's jobs read a round header of their own, so every job misses the direct-mode cache:"
+                echo "the consumerd runs the preprocessor once per job to learn its inputs (the floor), then sends"
+                echo "the digests; the agent compiles in its sandbox."
+            fi
         fi
         if ((WARM)) && grep -q "^warm" "$WORK/results.tsv"; then
             echo
@@ -1059,6 +1105,12 @@ verdicts() {
             if (od != "-") printf " distcc adds %+.1f ms", od
             if (oi != "-") printf ", icecream %+.1f ms", oi
             print "."
+        }'
+        local orr
+        orr=$(stat overhead cold tiny ccroute-remote | awk '{print $1}')
+        awk -v f="$floor" -v o="$orr" 'BEGIN {
+            if (o == "-" || o == "" || f == "-") exit
+            printf "- **Tiny jobs, every one remote, goal below the floor**: ccroute with `--remote-only` adds %+.1f ms a job against the floor of +%.1f ms: %s.\n", o, f, (o < f) ? "met" : "not met (each job misses the direct-mode cache, so its inputs are learnt by one preprocessing here)"
         }'
         local cl cf cc cd ci
         cl=$(STAT_FIELD=10 stat perjob cold tiny local | awk '{print $1}')

@@ -188,6 +188,11 @@ pub struct ConsumerdArgs {
     /// locally only past it (default: local slots first).
     #[arg(long, env = "CCROUTE_PREFER_REMOTE")]
     pub prefer_remote: bool,
+    /// Send every compile that can go remote remote, waiting for the
+    /// scheduler's window; locally only what cannot, what fails remotely,
+    /// and everything while no scheduler is connected (for measuring).
+    #[arg(long)]
+    pub remote_only: bool,
     /// The most seconds any remote compile may take before the unit
     /// compiles here instead (each unit's deadline comes from its size).
     #[arg(long, value_name = "SECS")]

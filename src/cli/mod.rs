@@ -246,7 +246,8 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     if let Some(n) = a.local_jobs.or(file.local_jobs) {
         config.local_slots = n.max(1);
     }
-    config.prefer_remote = a.prefer_remote;
+    config.prefer_remote = a.prefer_remote || a.remote_only;
+    config.remote_only = a.remote_only;
     let seconds = |v: f64, flag: &str| {
         Duration::try_from_secs_f64(v).map_err(|_| format!("--{flag} takes a number of seconds, not {v}"))
     };

@@ -172,7 +172,9 @@ impl Dispatcher {
         Dispatcher {
             remote,
             ipc,
-            slots: Slots::new(config.local_slots, 0).prefer_remote(config.prefer_remote),
+            slots: Slots::new(config.local_slots, 0)
+                .prefer_remote(config.prefer_remote)
+                .remote_only(config.remote_only),
             conns: HashMap::new(),
             toolchains: Arc::new(ToolchainMemo::new()),
             work: JoinSet::new(),

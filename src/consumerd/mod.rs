@@ -193,6 +193,8 @@ pub struct Config {
     pub remote_deadline_floor: Duration,
     /// Grant remote slots before local ones.
     pub prefer_remote: bool,
+    /// Local slots only for what cannot go remote (while a window is open).
+    pub remote_only: bool,
     /// Where the direct-mode cache and local tier live; `None`: no cache here.
     pub cache_dir: Option<PathBuf>,
     /// The local tier's size cap.
@@ -213,6 +215,7 @@ impl Config {
             remote_timeout: Duration::from_secs(600),
             remote_deadline_floor: Duration::from_secs(30),
             prefer_remote: false,
+            remote_only: false,
             cache_dir: default_cache_dir(),
             cache_max_bytes: direct::DEFAULT_MAX_BYTES,
         }

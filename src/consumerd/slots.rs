@@ -72,6 +72,7 @@ pub struct Slots {
     local_only: BTreeMap<u64, ConnId>,
     held: HashMap<ConnId, Held>,
     prefer_remote: bool,
+    remote_only: bool,
 }
 
 impl Slots {
@@ -87,7 +88,15 @@ impl Slots {
             local_only: BTreeMap::new(),
             held: HashMap::new(),
             prefer_remote: false,
+            remote_only: false,
         }
+    }
+
+    /// While a remote window is open, local slots serve only what cannot go
+    /// remote (and fallbacks): everything else waits for a remote slot.
+    pub fn remote_only(mut self, yes: bool) -> Slots {
+        self.remote_only = yes;
+        self
     }
 
     /// Grants remote slots before local ones.
@@ -166,7 +175,8 @@ impl Slots {
 
     fn grant_local(&mut self, out: &mut Vec<(ConnId, Grant)>) {
         while self.local_used < self.local_capacity {
-            let oldest_any = self.any.first_key_value().map(|(s, _)| *s);
+            let waits_for_remote = self.remote_only && self.window > 0;
+            let oldest_any = self.any.first_key_value().map(|(s, _)| *s).filter(|_| !waits_for_remote);
             let oldest_local = self.local_only.first_key_value().map(|(s, _)| *s);
             let conn = match (oldest_any, oldest_local) {
                 (None, None) => break,
@@ -215,6 +225,19 @@ mod tests {
         let mut out = vec![];
         s.grant(&mut out);
         out.into_iter().map(|(c, g)| (c.0, g)).collect()
+    }
+
+    #[test]
+    fn remote_only_waits_for_the_window_while_one_is_open() {
+        let mut s = Slots::new(1, 2).remote_only(true);
+        for n in 0..4 {
+            s.request(c(n), Want::Any);
+        }
+        s.request(c(9), Want::LocalOnly);
+        assert_eq!(grants(&mut s), vec![(9, Grant::Local), (0, Grant::Remote), (1, Grant::Remote)]);
+        s.set_window(0);
+        s.release(c(9));
+        assert_eq!(grants(&mut s), vec![(2, Grant::Local)], "no window: local, as ever");
     }
 
     #[test]
