@@ -5,8 +5,8 @@
 #   benches/inputs.sh [ROUNDS]     (default 3 rounds; needs bwrap, gcc, g++, make)
 #
 # A scheduler (no result cache), an agent and a consumerd that sends every
-# unit remote (--prefer-remote, one local slot), on 127.0.0.1, build the
-# bundled sample project (C and C++, -O2 -g) with make -j4:
+# unit remote (--remote-only), on 127.0.0.1, build the bundled sample
+# project (C and C++, -O2 -g) with make -j4:
 #
 #   inputs, first  the agent's store empty: each unit's list of digests,
 #                  and every file the agent lacks (a build's headers once);
@@ -19,6 +19,11 @@
 # frames sent (header, spec or list, payload) and inputs fetched from it
 # (compressed, as sent). Per round it prints bytes per unit and wall time
 # of each build as a ratio to the text build of the same round.
+#
+# Then 200 tiny units (one function, <stdio.h>; a header of the round's
+# own, so that no cache answers), make -j8, every unit remote: milliseconds
+# a unit above plain gcc, as inputs and as text, and `gcc -E` alone (the
+# preprocessing each unit pays here to learn its inputs).
 set -euo pipefail
 ROUNDS=${1:-3}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,7 +62,7 @@ start_agent() {
     exit 1
 }
 
-"$B" consumerd --scheduler "$ADDR" --local-jobs 1 --prefer-remote --idle-exit 0 2>>"$WORK/cd.log" &
+"$B" consumerd --scheduler "$ADDR" --local-jobs 1 --remote-only --idle-exit 0 2>>"$WORK/cd.log" &
 PIDS+=($!)
 for _ in $(seq 200); do [ -S "$WORK/cd.sock" ] && break; sleep 0.05; done
 
@@ -95,3 +100,36 @@ for r in $(seq "$ROUNDS"); do
         printf "  text:          %d units remote as text, %.1f KB a unit on the wire (compressed text), %.2f s\n", nt, kt / (nt ? nt : 1) / 1000, tt
     }'
 done
+
+TINY=$WORK/tiny
+mkdir -p "$TINY"
+for i in $(seq -w 0 199); do
+    printf '#include <stdio.h>\nint tiny_%s(int x) { return printf("%%d\\n", x * %d); }\n' "$i" "$((10#$i))" >"$TINY/t$i.c"
+done
+printf 'OBJS := $(patsubst %%.c,%%.o,$(wildcard t*.c))\nall: $(OBJS)\n%%.o: %%.c\n\t$(CC) -O2 $(EXTRA) -c $< -o $@\n' >"$TINY/Makefile"
+# Milliseconds a tiny unit, make -j8, with CC and the round's header.
+tiny() {
+    local cc=$1 header=$2 t0 t1
+    rm -f "$TINY"/*.o
+    t0=$EPOCHREALTIME
+    make -s -C "$TINY" -j8 CC="$cc" EXTRA="-include $header" >"$WORK/tiny.log" 2>&1 || { cat "$WORK/tiny.log" >&2; exit 1; }
+    t1=$EPOCHREALTIME
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) * 1000 / 200}'
+}
+echo "tiny units (200, make -j8), every one remote; ms a unit above plain gcc in the same round:"
+for r in $(seq "$ROUNDS"); do
+    "$B" cache clear >/dev/null
+    start_agent
+    printf '/* %s */ typedef int tiny_round_%s_a;\n' "$r" "$r" >"$WORK/ra$r.h"
+    printf '/* %s */ typedef int tiny_round_%s_b;\n' "$r" "$r" >"$WORK/rb$r.h"
+    printf '/* %s */ typedef int tiny_round_%s_c;\n' "$r" "$r" >"$WORK/rc$r.h"
+    l=$(tiny gcc "$WORK/ra$r.h")
+    e=$(tiny "gcc -E" "$WORK/ra$r.h")
+    i=$(tiny "$B gcc" "$WORK/rb$r.h")
+    start_agent --no-shipping
+    t=$(tiny "$B gcc" "$WORK/rc$r.h")
+    awk -v r="$r" -v l="$l" -v e="$e" -v i="$i" -v t="$t" 'BEGIN {
+        printf "  round %d: plain gcc %.1f ms; gcc -E alone %.1f ms (the floor); as inputs %+.1f ms; as text %+.1f ms\n", r, l, e, i - l, t - l
+    }'
+done
+echo "consumerd: $("$B" stats --json | python3 -c 'import json,sys; c=json.load(sys.stdin)["counters"]; print(", ".join("%s %s" % (k, c.get(k, 0)) for k in ("remote_inputs", "remote_text", "local", "fallback")))')"

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccroute_wire::{EntryKind, Inputs};
+use ccroute_wire::{EntryKind, Inputs, Manifest};
 
 use super::sandbox::Top;
 use super::store::{blob_path, Pins, Ready, Store};
@@ -110,7 +110,16 @@ pub async fn prepare(
 
 /// Where the tree's nodes go: planned in memory first, so that a conflict
 /// is found before anything is written.
-fn plan(ready: &Ready, inputs: &Inputs, task_dir: &Path, blobs: &Path) -> Result<BTreeMap<String, Node>, String> {
+/// `toolchain` is the toolchain's manifest, `root` its tree and `driver` its
+/// driver as the sandbox sees it.
+fn plan(
+    toolchain: &Manifest,
+    root: &Path,
+    driver_target: &Path,
+    inputs: &Inputs,
+    task_dir: &Path,
+    blobs: &Path,
+) -> Result<BTreeMap<String, Node>, String> {
     let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
     fn dirs_to(nodes: &mut BTreeMap<String, Node>, rel: &str, and_self: bool) -> Result<(), String> {
         let mut end = 0;
@@ -134,10 +143,10 @@ fn plan(ready: &Ready, inputs: &Inputs, task_dir: &Path, blobs: &Path) -> Result
         }
         Ok(())
     }
-    for e in &ready.manifest.entries {
+    for e in &toolchain.entries {
         dirs_to(&mut nodes, &e.path, false)?;
         let node = match &e.kind {
-            EntryKind::File { digest, .. } => Node::File { src: ready.root.join(&e.path), digest: *digest },
+            EntryKind::File { digest, .. } => Node::File { src: root.join(&e.path), digest: *digest },
             EntryKind::Symlink { target } => Node::Link(target.clone()),
         };
         nodes.insert(e.path.clone(), node);
@@ -166,7 +175,7 @@ fn plan(ready: &Ready, inputs: &Inputs, task_dir: &Path, blobs: &Path) -> Result
         if nodes.contains_key(driver) {
             return Err(format!("the compiler's path {} is a directory of the unit", inputs.driver));
         }
-        nodes.insert(driver.to_owned(), Node::Link(ready.driver.to_string_lossy().into_owned()));
+        nodes.insert(driver.to_owned(), Node::Link(driver_target.to_string_lossy().into_owned()));
     }
     // The task's directory is bound over a directory of the tree when its
     // first component is one; elsewhere bwrap makes its own on the root.
@@ -180,7 +189,7 @@ fn plan(ready: &Ready, inputs: &Inputs, task_dir: &Path, blobs: &Path) -> Result
 
 fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Result<(PathBuf, Vec<Top>), String> {
     let blobs = store.blobs_dir();
-    let nodes = plan(ready, inputs, task_dir, &blobs)?;
+    let nodes = plan(&ready.manifest, &ready.root, &ready.driver, inputs, task_dir, &blobs)?;
     // An input stored by an earlier run is checked once before it is used.
     for f in &inputs.files {
         if store.checked(&f.digest) {
@@ -224,4 +233,80 @@ fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Resu
         })
         .collect();
     Ok((root, top))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use ccroute_wire::{Entry, InputFile, ToolchainKey};
+
+    use super::*;
+
+    fn toolchain() -> Manifest {
+        let file = |path: &str, d: u8| Entry {
+            path: path.into(),
+            kind: EntryKind::File { digest: [d; 32], size: 1, executable: true },
+        };
+        Manifest {
+            driver: "usr/bin/x86_64-linux-gnu-gcc-12".into(),
+            arch: "x86_64".into(),
+            search_path: vec![],
+            entries: vec![
+                Entry { path: "lib64".into(), kind: EntryKind::Symlink { target: "usr/lib64".into() } },
+                file("usr/bin/x86_64-linux-gnu-gcc-12", 1),
+                file("usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h", 2),
+            ],
+        }
+    }
+
+    fn inputs(files: &[(&str, u8)], dirs: &[&str], driver: &str) -> Inputs {
+        Inputs {
+            toolchain: ToolchainKey(1),
+            driver: driver.into(),
+            files: files.iter().map(|(p, d)| InputFile { path: (*p).into(), digest: [*d; 32], size: 1 }).collect(),
+            dirs: dirs.iter().map(|d| (*d).to_owned()).collect(),
+        }
+    }
+
+    fn planned(i: &Inputs, task_dir: &str) -> Result<BTreeMap<String, Node>, String> {
+        let driver = Path::new("/usr/bin/x86_64-linux-gnu-gcc-12");
+        plan(&toolchain(), Path::new("/store/root"), driver, i, Path::new(task_dir), Path::new("/store/blobs"))
+    }
+
+    #[test]
+    fn the_tree_holds_the_toolchain_the_inputs_the_dirs_and_the_driver_by_the_clients_name() {
+        let i = inputs(
+            &[("/home/u/p/a.c", 7), ("/usr/include/stdio.h", 8), ("/usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h", 2)],
+            &["/home/u/p", "/home/u/p/empty"],
+            "/usr/bin/gcc",
+        );
+        let nodes = planned(&i, "/dev/shm/agent/task-1").unwrap();
+        assert!(matches!(&nodes["home/u/p/a.c"], Node::File { src, .. } if src.ends_with(&blob_path(Path::new(""), &[7; 32], false))));
+        assert_eq!(nodes["home/u/p/empty"], Node::Dir);
+        assert_eq!(nodes["usr/bin/gcc"], Node::Link("/usr/bin/x86_64-linux-gnu-gcc-12".into()));
+        // The toolchain's own header, listed as an input with its digest: one file.
+        assert!(matches!(&nodes["usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h"], Node::File { src, .. } if src.starts_with("/store/root")));
+        assert!(!nodes.contains_key("dev"), "the task directory outside the tree is bwrap's to make");
+        // A task directory under a directory of the tree gets its mount point.
+        let i = inputs(&[("/tmp/p/a.c", 7)], &["/tmp/p"], "/usr/bin/x86_64-linux-gnu-gcc-12");
+        let nodes = planned(&i, "/tmp/agent/task-1").unwrap();
+        assert_eq!(nodes["tmp/agent/task-1"], Node::Dir);
+        assert!(matches!(nodes["usr/bin/x86_64-linux-gnu-gcc-12"], Node::File { .. }), "the driver itself");
+    }
+
+    #[test]
+    fn inputs_that_disagree_with_the_toolchain_are_refused() {
+        for (files, dirs, driver) in [
+            (&[("/lib64/x.h", 7)][..], &[][..], "/usr/bin/gcc"),
+            (&[("/usr/bin/x86_64-linux-gnu-gcc-12", 9)], &[], "/usr/bin/gcc"),
+            (&[("/usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h", 3)], &[], "/usr/bin/gcc"),
+            (&[("/usr/bin/x86_64-linux-gnu-gcc-12/x.h", 7)], &[], "/usr/bin/gcc"),
+            (&[], &["/lib64/inc"], "/usr/bin/gcc"),
+            (&[("/p/a.c", 7)], &["/p"], "/p"),
+            (&[], &[], "/lib64/gcc"),
+        ] {
+            let i = inputs(files, dirs, driver);
+            assert!(planned(&i, "/dev/shm/t").is_err(), "{files:?} {dirs:?} {driver}");
+        }
+    }
 }
