@@ -34,6 +34,7 @@ impl Executor {
         task: &ExecTask,
         stop: &Stop<'_>,
     ) -> Result<ExecResult, TaskError> {
+        let started = std::time::Instant::now();
         cc::validate_inputs(&spec).map_err(TaskError::Refused)?;
         let Some(listed) = &spec.inputs else { return Err(TaskError::UnknownToolchain(task.toolchain)) };
         let (Some(shipping), Some(conn)) = (&self.shipping, &task.fetch) else {
@@ -49,6 +50,7 @@ impl Executor {
             e = stop.fired() => return Err(e),
             lease = shipping.store.lease_from(plain, origin) => lease.map_err(TaskError::Shipped)?,
         };
+        let leased = started.elapsed();
         if lease.ready.toolchain.inputs_twin().key() != task.toolchain {
             let why = format!("the task's route is not the inputs route of toolchain {plain}");
             return Err(TaskError::Shipped(StoreError::Fetch { key: plain, why }));
@@ -70,9 +72,7 @@ impl Executor {
                 tree.map_err(TaskError::Sandbox)?
             }
         };
-        if tree.fetched.0 > 0 {
-            tracing::debug!(blobs = tree.fetched.0, bytes = tree.fetched.1, "fetched a unit's inputs");
-        }
+        let prepared = started.elapsed();
         let object = dir.path().join("out.o");
         // Validated: the working directory is absolute.
         let cwd = PathBuf::from(spec.cwd.as_deref().unwrap_or("/"));
@@ -100,8 +100,10 @@ impl Executor {
             Ok(()) => process::run(&launch, stop.fired()).await,
             Err(e) => Err(e),
         };
+        let ran = started.elapsed();
         let max_object = self.limits.max_object_bytes;
-        tokio::task::spawn_blocking(move || {
+        let (fetched, reused) = (tree.fetched, tree.reused);
+        let result = tokio::task::spawn_blocking(move || {
             let result = finished.and_then(|f| conclude(f, &object, max_object));
             drop(tree);
             if let Err(e) = dir.close() {
@@ -110,7 +112,20 @@ impl Executor {
             result
         })
         .await
-        .map_err(TaskError::Join)?
+        .map_err(TaskError::Join)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        tracing::debug!(
+            inputs = listed.files.len(),
+            fetched_blobs = fetched.0,
+            fetched_bytes = fetched.1,
+            tree_reused = ?reused,
+            lease_ms = ms(leased),
+            tree_ms = ms(prepared - leased),
+            compile_ms = ms(ran - prepared),
+            cleanup_ms = ms(started.elapsed() - ran),
+            "unit compiled from its inputs"
+        );
+        result
     }
 }
 

@@ -12,7 +12,12 @@
 //! sandbox binds that tree as its root. A path where the toolchain and the
 //! inputs disagree (an input below one of the toolchain's links, a file
 //! where the other has a directory) refuses the unit, which then compiles
-//! as text. The tree goes when the [`UnitTree`] drops.
+//! as text. When the [`UnitTree`] drops, the tree goes back to a pool of
+//! its toolchain ([`TreePool`]): the next unit's tree is that one changed
+//! into it — the files and directories it does not list removed, the ones
+//! it lacks linked in — since units of one build share most of their
+//! headers and all of their toolchain, and making a tree of ~100 entries
+//! from nothing costs more than compiling a small unit.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -30,7 +35,10 @@ use super::store::{blob_path, Pins, Ready, Store};
 /// Every input fetch may take this long, plus a second per MB.
 const FETCH_BASE: Duration = Duration::from_secs(30);
 
-/// A unit's tree; removed on drop.
+/// Trees kept per toolchain (by manifest id) for the next units.
+const POOLED_PER_TOOLCHAIN: usize = 16;
+
+/// A unit's tree; back to its pool on drop (or removed).
 #[derive(Debug)]
 pub struct UnitTree {
     /// The tree, to bind as the sandbox's root.
@@ -39,20 +47,64 @@ pub struct UnitTree {
     pub top: Vec<Top>,
     /// Inputs fetched for it: blobs and bytes.
     pub fetched: (usize, u64),
+    /// Its entries when built from a pooled tree: changed, and kept.
+    pub reused: Option<(usize, usize)>,
+    nodes: BTreeMap<String, Node>,
+    toolchain: [u8; 32],
+    store: Arc<Store>,
     _pins: Pins,
 }
 
 impl Drop for UnitTree {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.root) {
-            tracing::warn!(path = %self.root.display(), error = %e, "cannot remove a unit's tree");
+        let nodes = std::mem::take(&mut self.nodes);
+        if let Some(back) = self.store.trees.put(self.toolchain, Pooled { root: self.root.clone(), nodes }) {
+            remove(&back.root);
         }
+    }
+}
+
+/// Unit trees no unit uses now, by toolchain.
+#[derive(Debug, Default)]
+pub struct TreePool(std::sync::Mutex<std::collections::HashMap<[u8; 32], Vec<Pooled>>>);
+
+/// A tree in the pool and what it holds.
+#[derive(Debug)]
+pub struct Pooled {
+    root: PathBuf,
+    nodes: BTreeMap<String, Node>,
+}
+
+impl TreePool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<[u8; 32], Vec<Pooled>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn take(&self, toolchain: [u8; 32]) -> Option<Pooled> {
+        self.lock().get_mut(&toolchain)?.pop()
+    }
+
+    /// Keeps `tree`, or hands it back when the pool is full.
+    fn put(&self, toolchain: [u8; 32], tree: Pooled) -> Option<Pooled> {
+        let mut pool = self.lock();
+        let list = pool.entry(toolchain).or_default();
+        if list.len() >= POOLED_PER_TOOLCHAIN {
+            return Some(tree);
+        }
+        list.push(tree);
+        None
+    }
+}
+
+fn remove(root: &Path) {
+    if let Err(e) = fs::remove_dir_all(root) {
+        tracing::warn!(path = %root.display(), error = %e, "cannot remove a unit's tree");
     }
 }
 
 /// One node of a tree being planned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
+pub enum Node {
     Dir,
     File { src: PathBuf, digest: [u8; 32] },
     Link(String),
@@ -101,11 +153,12 @@ pub async fn prepare(
         let s = store.clone();
         drop(tokio::task::spawn_blocking(move || s.evict(None)));
     }
+    let toolchain = ready.toolchain.binary_hash;
     let (store2, ready, inputs, task_dir) = (store.clone(), ready.clone(), inputs.clone(), task_dir.to_owned());
-    let (root, top) = tokio::task::spawn_blocking(move || build(&store2, &ready, &inputs, &task_dir))
+    let (root, top, nodes, reused) = tokio::task::spawn_blocking(move || build(&store2, &ready, &inputs, &task_dir))
         .await
         .map_err(|e| e.to_string())??;
-    Ok(UnitTree { root, top, fetched, _pins: pins })
+    Ok(UnitTree { root, top, fetched, reused, nodes, toolchain, store: store.clone(), _pins: pins })
 }
 
 /// Where the tree's nodes go: planned in memory first, so that a conflict
@@ -187,7 +240,11 @@ fn plan(
     Ok(nodes)
 }
 
-fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Result<(PathBuf, Vec<Top>), String> {
+/// A built tree: its root, top-level entries, entries, and (when changed
+/// from a pooled one) how many entries changed and how many stayed.
+type Built = (PathBuf, Vec<Top>, BTreeMap<String, Node>, Option<(usize, usize)>);
+
+fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Result<Built, String> {
     let blobs = store.blobs_dir();
     let nodes = plan(&ready.manifest, &ready.root, &ready.driver, inputs, task_dir, &blobs)?;
     // An input stored by an earlier run is checked once before it is used.
@@ -203,24 +260,34 @@ fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Resu
         }
         store.mark_checked(f.digest);
     }
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let root = store.tasks_dir().join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    let made = (|| -> io::Result<()> {
-        fs::create_dir(&root)?;
-        for (rel, node) in &nodes {
-            let dest = root.join(rel);
-            match node {
-                Node::Dir => fs::create_dir(&dest)?,
-                Node::File { src, .. } => fs::hard_link(src, &dest)?,
-                Node::Link(target) => std::os::unix::fs::symlink(target, &dest)?,
+    let mut reused = None;
+    let mut root = None;
+    if let Some(pooled) = store.trees.take(ready.toolchain.binary_hash) {
+        match change(&pooled.root, &pooled.nodes, &nodes) {
+            Ok(changed) => {
+                reused = Some((changed, nodes.len() - changed.min(nodes.len())));
+                root = Some(pooled.root);
+            }
+            Err(e) => {
+                tracing::warn!(path = %pooled.root.display(), error = %e, "a pooled unit tree could not be changed; made anew");
+                remove(&pooled.root);
             }
         }
-        Ok(())
-    })();
-    if let Err(e) = made {
-        let _ = fs::remove_dir_all(&root);
-        return Err(format!("cannot build the unit's tree: {e}"));
     }
+    let root = match root {
+        Some(r) => r,
+        None => {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let root =
+                store.tasks_dir().join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+            let made = fs::create_dir(&root).and_then(|()| change(&root, &BTreeMap::new(), &nodes));
+            if let Err(e) = made {
+                remove(&root);
+                return Err(format!("cannot build the unit's tree: {e}"));
+            }
+            root
+        }
+    };
     let top = nodes
         .iter()
         .filter(|(rel, _)| !rel.contains('/'))
@@ -232,7 +299,36 @@ fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Resu
             Node::File { .. } => None,
         })
         .collect();
-    Ok((root, top))
+    Ok((root, top, nodes, reused))
+}
+
+/// Changes the tree at `root`, which holds `old`, into one that holds
+/// `new`: what differs removed deepest first, then what is missing made
+/// parents first (a path sorts after its parent). Returns the entries changed.
+fn change(root: &Path, old: &BTreeMap<String, Node>, new: &BTreeMap<String, Node>) -> io::Result<usize> {
+    let mut changed = 0;
+    for (rel, node) in old.iter().rev() {
+        if new.get(rel) != Some(node) {
+            let path = root.join(rel);
+            match node {
+                Node::Dir => fs::remove_dir(&path)?,
+                Node::File { .. } | Node::Link(_) => fs::remove_file(&path)?,
+            }
+            changed += 1;
+        }
+    }
+    for (rel, node) in new {
+        if old.get(rel) != Some(node) {
+            let dest = root.join(rel);
+            match node {
+                Node::Dir => fs::create_dir(&dest)?,
+                Node::File { src, .. } => fs::hard_link(src, &dest)?,
+                Node::Link(target) => std::os::unix::fs::symlink(target, &dest)?,
+            }
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
 
 #[cfg(test)]
@@ -308,5 +404,84 @@ mod tests {
             let i = inputs(files, dirs, driver);
             assert!(planned(&i, "/dev/shm/t").is_err(), "{files:?} {dirs:?} {driver}");
         }
+    }
+
+    /// Every path under `root`, with what it is.
+    fn walk(root: &Path) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                let rel = e.path().strip_prefix(root).unwrap().to_str().unwrap().to_owned();
+                let t = e.file_type().unwrap();
+                let what = if t.is_symlink() {
+                    format!("-> {}", fs::read_link(e.path()).unwrap().display())
+                } else if t.is_dir() {
+                    stack.push(e.path());
+                    "dir".into()
+                } else {
+                    fs::read_to_string(e.path()).unwrap()
+                };
+                out.insert(rel, what);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_pooled_tree_changed_into_the_next_units_holds_exactly_its_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let blob = |name: &str| {
+            let p = tmp.path().join(name);
+            fs::write(&p, name).unwrap();
+            p
+        };
+        let (a, b, c) = (blob("a"), blob("b"), blob("c"));
+        let file = |src: &Path| Node::File { src: src.to_owned(), digest: [0; 32] };
+        let first: BTreeMap<String, Node> = [
+            ("usr", Node::Dir),
+            ("usr/include", Node::Dir),
+            ("usr/include/x.h", file(&a)),
+            ("usr/include/gone", Node::Dir),
+            ("usr/include/gone/y.h", file(&b)),
+            ("lib", Node::Link("usr/lib".into())),
+            ("p", Node::Dir),
+            ("p/src.c", file(&a)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let second: BTreeMap<String, Node> = [
+            ("usr", Node::Dir),
+            ("usr/include", Node::Dir),
+            ("usr/include/x.h", file(&a)),
+            ("usr/include/gone", file(&c)),
+            ("lib", Node::Link("usr/lib64".into())),
+            ("p", Node::Dir),
+            ("p/src.c", file(&b)),
+            ("p/new", Node::Dir),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let root = tmp.path().join("tree");
+        fs::create_dir(&root).unwrap();
+        assert_eq!(change(&root, &BTreeMap::new(), &first).unwrap(), first.len());
+        assert_eq!(walk(&root)["usr/include/gone/y.h"], "b");
+        change(&root, &first, &second).unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("usr", "dir"),
+            ("usr/include", "dir"),
+            ("usr/include/x.h", "a"),
+            ("usr/include/gone", "c"),
+            ("lib", "-> usr/lib64"),
+            ("p", "dir"),
+            ("p/src.c", "b"),
+            ("p/new", "dir"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(walk(&root), expected, "nothing of the first unit is left but what the second lists");
     }
 }

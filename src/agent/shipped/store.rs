@@ -140,6 +140,8 @@ pub struct Store {
     dir: PathBuf,
     max_bytes: u64,
     state: Mutex<State>,
+    /// Unit trees between units ([`super::inputs`]).
+    pub(super) trees: super::inputs::TreePool,
 }
 
 impl Store {
@@ -193,7 +195,7 @@ impl Store {
             max_bytes,
             "toolchain store open"
         );
-        Ok(Arc::new(Store { dir: dir.to_owned(), max_bytes, state: Mutex::new(state) }))
+        Ok(Arc::new(Store { dir: dir.to_owned(), max_bytes, state: Mutex::new(state), trees: Default::default() }))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
