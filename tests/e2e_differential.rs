@@ -18,6 +18,8 @@
 //! notes and `-fprofile-arcs` objects carry a time stamp); ccroute keeps
 //! those local (`-fprofile-*`, `-ftest-coverage`, `--coverage`).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeMap;

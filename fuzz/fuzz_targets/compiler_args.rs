@@ -28,8 +28,22 @@ fuzz_target!(|data: &[u8]| {
         input_path: String::from_utf8_lossy(rest).into_owned(),
         cwd: (mode & 4 != 0).then(|| "/home/u/p".to_string()),
         env: if mode & 8 != 0 { vec![("LANG".into(), String::from_utf8_lossy(rest).into_owned())] } else { vec![] },
+        // A unit sent as its inputs: paths from the same bytes.
+        inputs: (mode & 16 != 0).then(|| {
+            let paths: Vec<String> = rest.split(|&b| b == b'\n').map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+            ccroute_wire::Inputs {
+                toolchain: ccroute_wire::ToolchainKey(1),
+                driver: paths.first().cloned().unwrap_or_default(),
+                files: paths
+                    .iter()
+                    .map(|p| ccroute_wire::InputFile { path: p.clone(), digest: [0; 32], size: p.len() as u64 })
+                    .collect(),
+                dirs: paths.iter().rev().cloned().collect(),
+            }
+        }),
     };
     if cc::validate(&spec).is_ok() {
         let _ = cc::agent_command(&spec, Path::new("/usr/bin/gcc"), Path::new("/tmp/scratch"));
     }
+    let _ = cc::validate_inputs(&spec);
 });

@@ -377,7 +377,7 @@ mod tests {
             "/usr/bin/gcc",
         );
         let nodes = planned(&i, "/dev/shm/agent/task-1").unwrap();
-        assert!(matches!(&nodes["home/u/p/a.c"], Node::File { src, .. } if src.ends_with(&blob_path(Path::new(""), &[7; 32], false))));
+        assert!(matches!(&nodes["home/u/p/a.c"], Node::File { src, .. } if src.ends_with(blob_path(Path::new(""), &[7; 32], false))));
         assert_eq!(nodes["home/u/p/empty"], Node::Dir);
         assert_eq!(nodes["usr/bin/gcc"], Node::Link("/usr/bin/x86_64-linux-gnu-gcc-12".into()));
         // The toolchain's own header, listed as an input with its digest: one file.

@@ -145,7 +145,6 @@ impl DirectCache {
                 dirs.insert(d.to_str().ok_or("a path is not UTF-8")?.to_owned());
             }
         }
-        drop(add);
         if read.values().any(|f| f.path.starts_with("/proc/") || f.path.starts_with("/dev/")) {
             return Err("it reads a file under /proc or /dev");
         }
