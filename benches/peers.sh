@@ -855,7 +855,7 @@ tool_name() {
         distcc) echo "distcc" ;;
         icecc) echo "icecream" ;;
         ccroute) echo "ccroute" ;;
-        ccroute-remote) echo "ccroute, every job remote (\\`--remote-only\\`)" ;;
+        ccroute-remote) echo "ccroute, every job remote (\`--remote-only\`)" ;;
         ccache) echo "ccache" ;;
     esac
 }
