@@ -441,7 +441,8 @@ struct Jobs {
 
 impl Jobs {
     fn new() -> Jobs {
-        let spec = TaskSpec { args: vec!["-O2".into()], input_path: "bench.c".into(), cwd: None, env: vec![], inputs: None };
+        let spec =
+            TaskSpec { args: vec!["-O2".into()], input_path: "bench.c".into(), cwd: None, env: vec![], inputs: None };
         Jobs { toolchain: Arc::new(test_toolchain()), spec, seq: AtomicU64::new(0) }
     }
 
@@ -452,7 +453,8 @@ impl Jobs {
             toolchain: self.toolchain.clone(),
             spec: self.spec.clone(),
             text,
-            cacheable: true, inputs: None,
+            cacheable: true,
+            inputs: None,
         }
     }
 

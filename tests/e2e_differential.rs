@@ -360,7 +360,10 @@ fn differential(agent: &[&str], inputs: bool) {
     let stats = c.command(ccroute()).args(["stats", "--json"]).output().unwrap();
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let (as_inputs, as_text) = (&stats["counters"]["remote_inputs"], &stats["counters"]["remote_text"]);
-    println!("differential suite ({}): {as_inputs} compiled from their inputs, {as_text} from text", if inputs { "inputs" } else { "text" });
+    println!(
+        "differential suite ({}): {as_inputs} compiled from their inputs, {as_text} from text",
+        if inputs { "inputs" } else { "text" }
+    );
     if inputs {
         assert_eq!(stats["counters"]["remote_text"], 0, "with a sandbox every remote unit goes as inputs: {stats}");
     } else {

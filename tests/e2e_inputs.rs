@@ -68,7 +68,10 @@ fn project(dir: &Path) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    w("include/proj/config.h", "#pragma once\n#define PROJ_SCALE 3\nstatic inline int proj_scale(int x) { return x * PROJ_SCALE; }\n");
+    w(
+        "include/proj/config.h",
+        "#pragma once\n#define PROJ_SCALE 3\nstatic inline int proj_scale(int x) { return x * PROJ_SCALE; }\n",
+    );
     w("src/local.h", "#pragma once\nstruct point { int x, y; };\n");
     w(
         "src/a.c",
@@ -151,17 +154,16 @@ fn units_sent_as_inputs_come_back_identical_for_gcc_and_clang_c_and_cxx_with_and
             std::fs::create_dir_all(&keep).unwrap();
             std::fs::write(keep.join("local.o"), &local).unwrap();
             std::fs::write(keep.join("remote.o"), &remote).unwrap();
-            panic!("{compiler} {flags:?} {src}: the object from the inputs differs (both in {})\n{}", keep.display(), c.logs());
+            panic!(
+                "{compiler} {flags:?} {src}: the object from the inputs differs (both in {})\n{}",
+                keep.display(),
+                c.logs()
+            );
         }
     }
     let after = counters(&c);
     let sent = count(&after, "remote_inputs") - count(&before, "remote_inputs");
-    assert_eq!(
-        sent,
-        cases.len() as u64,
-        "every unit compiled from its inputs, none as text: {after}\n{}",
-        c.logs()
-    );
+    assert_eq!(sent, cases.len() as u64, "every unit compiled from its inputs, none as text: {after}\n{}", c.logs());
     assert_eq!(count(&after, "remote_text"), 0, "{after}");
     let totals = c.assert_each_task_ended_once();
     assert!(totals["completed"].as_u64().unwrap() >= cases.len() as u64, "{totals}");
@@ -232,6 +234,7 @@ fn an_agent_without_compilers_gets_the_toolchain_and_the_inputs_and_compiles_the
     let n = counters(&c);
     assert_eq!(count(&n, "remote_inputs"), 2, "{n}\n{}", c.logs());
     let s = c.status();
-    let shipped = s["routes"].as_array().unwrap().iter().filter(|r| r["shipped_to"].as_array().is_some_and(|a| !a.is_empty()));
+    let shipped =
+        s["routes"].as_array().unwrap().iter().filter(|r| r["shipped_to"].as_array().is_some_and(|a| !a.is_empty()));
     assert!(shipped.count() >= 2, "the toolchains were shipped: {s}");
 }

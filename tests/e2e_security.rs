@@ -19,7 +19,13 @@ use ccroute_wire::{
 use common::{ccroute, Cluster};
 
 fn spec(args: &[&str], input: &str) -> TaskSpec {
-    TaskSpec { args: args.iter().map(|s| (*s).to_string()).collect(), input_path: input.into(), cwd: None, env: vec![], inputs: None }
+    TaskSpec {
+        args: args.iter().map(|s| (*s).to_string()).collect(),
+        input_path: input.into(),
+        cwd: None,
+        env: vec![],
+        inputs: None,
+    }
 }
 
 /// A scheduler written by hand: it welcomes a real agent, then sends it
@@ -85,7 +91,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 toolchain: key,
                 cache_key: None,
                 spec: codec::encode_spec(s),
-                payload: info, inputs: false,
+                payload: info,
+                inputs: false,
             };
             writer.send(Message::Task(header), Bytes::from(packed.clone())).await.unwrap();
         }
@@ -99,7 +106,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 toolchain: key,
                 cache_key: None,
                 spec: codec::encode_spec(&spec(&[], input)),
-                payload: info, inputs: false,
+                payload: info,
+                inputs: false,
             };
             writer.send(Message::Task(t), Bytes::from(packed.clone())).await.unwrap();
         }

@@ -482,7 +482,8 @@ fn a_shipped_clang_compiles_the_sample_as_the_local_one() {
     let routes = status["routes"].as_array().unwrap();
     // Each with its inputs twin (units sent as their inputs take those).
     assert_eq!(routes.len(), 4, "clang and clang++: {status}");
-    let twins = routes.iter().filter(|r| r["description"]["compiler"].as_str().is_some_and(|c| c.ends_with(" (inputs)")));
+    let twins =
+        routes.iter().filter(|r| r["description"]["compiler"].as_str().is_some_and(|c| c.ends_with(" (inputs)")));
     assert_eq!(twins.count(), 2, "{status}");
     for r in routes {
         assert_eq!(r["shipped_to"].as_array().map(Vec::len), Some(1), "{r}");

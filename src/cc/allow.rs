@@ -252,7 +252,8 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             input_path: input.to_owned(),
             cwd: None,
-            env: vec![], inputs: None,
+            env: vec![],
+            inputs: None,
         }
     }
 

@@ -273,7 +273,8 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             input_path: input.into(),
             cwd: cwd.map(Into::into),
-            env: vec![], inputs: None,
+            env: vec![],
+            inputs: None,
         }
     }
 

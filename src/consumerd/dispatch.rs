@@ -498,7 +498,9 @@ impl Dispatcher {
                     None
                 }
                 Err(why) if text_allowed => Some(why),
-                Err(why) => return Done::Remote(Err(RemoteError::Agent(format!("only its inputs may go remote: {why}")))),
+                Err(why) => {
+                    return Done::Remote(Err(RemoteError::Agent(format!("only its inputs may go remote: {why}"))))
+                }
             };
             // Past the deadline the compile's future is dropped, which
             // cancels the task at the scheduler (its agent's compiler is

@@ -257,7 +257,8 @@ async fn compile_inputs(
     // Over the spec (command, input paths and digests) and no text: what the
     // agent verifies as it materialises each input.
     let key = job.cacheable.then(|| cache_key(twin, &spec, &[]));
-    let header = TaskHeader { task_id: 0, toolchain: twin, cache_key: key, spec, payload: PayloadInfo::EMPTY, inputs: true };
+    let header =
+        TaskHeader { task_id: 0, toolchain: twin, cache_key: key, spec, payload: PayloadInfo::EMPTY, inputs: true };
     submit(inner, conn, header, Bytes::new(), Some(inputs.sources.clone())).await
 }
 

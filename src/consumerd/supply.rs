@@ -115,7 +115,9 @@ impl Supply {
                         Serving::Toolchain(_, package) => &package.sources,
                         Serving::Inputs(sources) => &**sources,
                         Serving::Nothing => {
-                            tracing::warn!("an agent asked for blobs before naming a toolchain or a task; stream closed");
+                            tracing::warn!(
+                                "an agent asked for blobs before naming a toolchain or a task; stream closed"
+                            );
                             return;
                         }
                     };

@@ -68,7 +68,9 @@ fn compile_like_an_agent(job: &RemoteJob) -> Result<Compiled, RemoteError> {
             stderr: cmd.rewrite_output(&out.stderr).into(),
             object: object.into(),
         },
-        cached: false, from_inputs: false, text_because: None,
+        cached: false,
+        from_inputs: false,
+        text_because: None,
     })
 }
 
@@ -242,7 +244,9 @@ fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
         spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![], inputs: None },
         pid: 0,
         direct: None,
-        stay_local: None, inputs_args: None, text_refused: None,
+        stay_local: None,
+        inputs_args: None,
+        text_refused: None,
     };
     let mut session = crate::wrapper::session::Session::new(s.try_clone().unwrap());
     session.send(&WrapperMsg::Job(job), b"").unwrap();

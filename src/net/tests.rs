@@ -109,7 +109,8 @@ fn task(id: u64, payload_len: usize) -> Message {
         toolchain: ToolchainKey(9),
         cache_key: None,
         spec: Bytes::from_static(b"spec"),
-        payload: PayloadInfo { len: payload_len as u64, raw_len: payload_len as u64, compression: Compression::None }, inputs: false,
+        payload: PayloadInfo { len: payload_len as u64, raw_len: payload_len as u64, compression: Compression::None },
+        inputs: false,
     })
 }
 

@@ -389,12 +389,20 @@ mod tests {
             args: vec!["-O2".into()],
             input_path: "a.c".into(),
             cwd: None,
-            env: vec![], inputs: None,
+            env: vec![],
+            inputs: None,
         });
         let key = cache_key(tc("gcc").key(), &spec, source);
         let sent: &[u8] = if lie { b"int something_else;" } else { source };
         let (packed, info) = payload::compress(sent);
-        let header = TaskHeader { task_id, toolchain: tc("gcc").key(), cache_key: Some(key), spec, payload: info, inputs: false };
+        let header = TaskHeader {
+            task_id,
+            toolchain: tc("gcc").key(),
+            cache_key: Some(key),
+            spec,
+            payload: info,
+            inputs: false,
+        };
         TaskBody::new(header, packed.into(), None, CacheLookup::Unchecked)
     }
 

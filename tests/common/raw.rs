@@ -82,8 +82,14 @@ impl RawConsumerd {
         key: Option<CacheKey>,
     ) {
         let (packed, info) = payload::compress(source);
-        let header =
-            TaskHeader { task_id: id, toolchain, cache_key: key, spec: codec::encode_spec(spec), payload: info, inputs: false };
+        let header = TaskHeader {
+            task_id: id,
+            toolchain,
+            cache_key: key,
+            spec: codec::encode_spec(spec),
+            payload: info,
+            inputs: false,
+        };
         let packed = Bytes::from(packed);
         if packed.len() <= INLINE_PAYLOAD_MAX {
             self.writer.send(Message::Task(header), packed).await.unwrap();

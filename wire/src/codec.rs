@@ -140,7 +140,8 @@ mod tests {
             args: vec!["-O2".into()],
             input_path: "src/x.c".into(),
             cwd: Some("/home/u/p".into()),
-            env: vec![("LANG".into(), "C.UTF-8".into())], inputs: None,
+            env: vec![("LANG".into(), "C.UTF-8".into())],
+            inputs: None,
         };
         assert_eq!(decode_spec(&encode_spec(&spec)), Ok(spec));
     }

@@ -219,13 +219,15 @@ mod tests {
                 args: vec!["-O2".into(), "-g".into()],
                 input_path: "src/a.c".into(),
                 cwd: None,
-                env: vec![], inputs: None,
+                env: vec![],
+                inputs: None,
             }),
             payload: PayloadInfo {
                 len: payload.len() as u64,
                 raw_len: payload.len() as u64,
                 compression: Compression::None,
-            }, inputs: false,
+            },
+            inputs: false,
         })
     }
 

@@ -404,7 +404,9 @@ mod tests {
                 cxx: false,
                 started_ns: 1,
             }),
-            stay_local: None, inputs_args: None, text_refused: None,
+            stay_local: None,
+            inputs_args: None,
+            text_refused: None,
         })
     }
 
@@ -467,7 +469,8 @@ mod tests {
         assert_eq!(err, DecodeError::PayloadTooLarge { len: u64::MAX, max: 256 << 20 });
 
         // Lengths that overflow when added still fail the limit.
-        let h = CompiledHeader { exit_status: 0, stdout_len: u64::MAX, stderr_len: 2, object_len: 3, from_inputs: false };
+        let h =
+            CompiledHeader { exit_status: 0, stdout_len: u64::MAX, stderr_len: 2, object_len: 3, from_inputs: false };
         let mut buf = BytesMut::new();
         encode_local_header(&ConsumerdMsg::Compiled(h), &mut buf);
         let err = LocalDecoder::<ConsumerdMsg>::new(CONSUMERD_LIMITS).decode(&mut buf).unwrap_err();

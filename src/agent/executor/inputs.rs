@@ -14,15 +14,12 @@
 //! client's own.
 
 use std::ffi::OsString;
-use std::io;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use ccroute_wire::payload::compress;
-use ccroute_wire::{Outcome, PayloadInfo, ResultHeader, TaskSpec};
+use ccroute_wire::TaskSpec;
 
-use super::{process, read_object, scratch, ExecResult, ExecTask, Executor, Stop, TaskError};
+use super::{finish, process, scratch, ExecResult, ExecTask, Executor, Stop, TaskError};
 use crate::agent::shipped::{inputs, Origin, StoreError};
 use crate::cc::{self, AgentSetupError};
 
@@ -76,10 +73,8 @@ impl Executor {
         let object = dir.path().join("out.o");
         // Validated: the working directory is absolute.
         let cwd = PathBuf::from(spec.cwd.as_deref().unwrap_or("/"));
-        let (bwrap, mut args) = shipping
-            .sandbox
-            .command_tree(&tree.root, &tree.top, dir.path(), &cwd)
-            .map_err(TaskError::Sandbox)?;
+        let (bwrap, mut args) =
+            shipping.sandbox.command_tree(&tree.root, &tree.top, dir.path(), &cwd).map_err(TaskError::Sandbox)?;
         args.push(OsString::from(&listed.driver));
         args.extend(spec.args.iter().map(OsString::from));
         args.extend(["-c".into(), OsString::from(&spec.input_path), "-o".into(), object.clone().into_os_string()]);
@@ -104,7 +99,8 @@ impl Executor {
         let max_object = self.limits.max_object_bytes;
         let (fetched, reused) = (tree.fetched, tree.reused);
         let result = tokio::task::spawn_blocking(move || {
-            let result = finished.and_then(|f| conclude(f, &object, max_object));
+            // The output as the compiler printed it: its paths are the client's own.
+            let result = finished.and_then(|f| finish(f, &object, max_object, Bytes::copy_from_slice));
             drop(tree);
             if let Err(e) = dir.close() {
                 tracing::warn!(error = %e, "cannot remove a task directory");
@@ -127,31 +123,4 @@ impl Executor {
         );
         result
     }
-}
-
-/// The result of a finished compile: its output as printed, and its object.
-fn conclude(f: process::Finished, object: &std::path::Path, max_object: u64) -> Result<ExecResult, TaskError> {
-    let code = match (f.status.code(), f.status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(signal)) => return Err(TaskError::Signaled { signal, name: process::signal_name(signal) }),
-        (None, None) => return Err(TaskError::Wait(io::Error::other(format!("unexpected wait status {}", f.status)))),
-    };
-    let mut header = ResultHeader {
-        task_id: 0,
-        outcome: Outcome::CompileFailed,
-        exit_status: code,
-        stdout: Bytes::from(f.stdout),
-        stderr: Bytes::from(f.stderr),
-        cpu_time_us: f.cpu_time_us,
-        payload: PayloadInfo::EMPTY,
-        cached: false,
-    };
-    if code != 0 {
-        return Ok(ExecResult { header, object: Bytes::new() });
-    }
-    let bytes = read_object(object, max_object)?;
-    let (wire, info) = compress(&bytes);
-    header.outcome = Outcome::Success;
-    header.payload = info;
-    Ok(ExecResult { header, object: wire.into() })
 }

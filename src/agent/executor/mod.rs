@@ -482,8 +482,21 @@ fn prepare(
     Ok(Prepared { dir, cmd, tmp })
 }
 
-/// Turns a finished compiler run into the result. Blocking (reads the object).
+/// Turns a finished compiler run into the result, the compiler's scratch
+/// paths turned back into the user's. Blocking (reads the object).
 fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result<ExecResult, TaskError> {
+    let out = |bytes: &[u8]| Bytes::from(cmd.rewrite_output(bytes));
+    finish(f, &cmd.object_path, max_object, out)
+}
+
+/// The result of a finished compiler run: its output through `out`, and
+/// the object at `object` when it exited 0. Blocking (reads the object).
+fn finish(
+    f: process::Finished,
+    object: &Path,
+    max_object: u64,
+    out: impl Fn(&[u8]) -> Bytes,
+) -> Result<ExecResult, TaskError> {
     let code = match (f.status.code(), f.status.signal()) {
         (Some(code), _) => code,
         (None, Some(signal)) => return Err(TaskError::Signaled { signal, name: process::signal_name(signal) }),
@@ -493,8 +506,8 @@ fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result
         task_id: 0,
         outcome: Outcome::CompileFailed,
         exit_status: code,
-        stdout: cmd.rewrite_output(&f.stdout).into(),
-        stderr: cmd.rewrite_output(&f.stderr).into(),
+        stdout: out(&f.stdout),
+        stderr: out(&f.stderr),
         cpu_time_us: f.cpu_time_us,
         payload: PayloadInfo::EMPTY,
         cached: false,
@@ -502,7 +515,7 @@ fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result
     if code != 0 {
         return Ok(ExecResult { header, object: Bytes::new() });
     }
-    let object = read_object(&cmd.object_path, max_object)?;
+    let object = read_object(object, max_object)?;
     let (wire, info) = compress(&object);
     header.outcome = Outcome::Success;
     header.payload = info;

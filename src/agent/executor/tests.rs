@@ -70,7 +70,8 @@ fn spec(args: &[&str], input: &str) -> TaskSpec {
         args: args.iter().map(|s| s.to_string()).collect(),
         input_path: input.to_owned(),
         cwd: None,
-        env: vec![], inputs: None,
+        env: vec![],
+        inputs: None,
     }
 }
 

@@ -372,16 +372,24 @@ mod tests {
     #[test]
     fn the_tree_holds_the_toolchain_the_inputs_the_dirs_and_the_driver_by_the_clients_name() {
         let i = inputs(
-            &[("/home/u/p/a.c", 7), ("/usr/include/stdio.h", 8), ("/usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h", 2)],
+            &[
+                ("/home/u/p/a.c", 7),
+                ("/usr/include/stdio.h", 8),
+                ("/usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h", 2),
+            ],
             &["/home/u/p", "/home/u/p/empty"],
             "/usr/bin/gcc",
         );
         let nodes = planned(&i, "/dev/shm/agent/task-1").unwrap();
-        assert!(matches!(&nodes["home/u/p/a.c"], Node::File { src, .. } if src.ends_with(blob_path(Path::new(""), &[7; 32], false))));
+        assert!(
+            matches!(&nodes["home/u/p/a.c"], Node::File { src, .. } if src.ends_with(blob_path(Path::new(""), &[7; 32], false)))
+        );
         assert_eq!(nodes["home/u/p/empty"], Node::Dir);
         assert_eq!(nodes["usr/bin/gcc"], Node::Link("/usr/bin/x86_64-linux-gnu-gcc-12".into()));
         // The toolchain's own header, listed as an input with its digest: one file.
-        assert!(matches!(&nodes["usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h"], Node::File { src, .. } if src.starts_with("/store/root")));
+        assert!(
+            matches!(&nodes["usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h"], Node::File { src, .. } if src.starts_with("/store/root"))
+        );
         assert!(!nodes.contains_key("dev"), "the task directory outside the tree is bwrap's to make");
         // A task directory under a directory of the tree gets its mount point.
         let i = inputs(&[("/tmp/p/a.c", 7)], &["/tmp/p"], "/usr/bin/x86_64-linux-gnu-gcc-12");

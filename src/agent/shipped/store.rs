@@ -338,7 +338,8 @@ impl Store {
             return Err(StoreError::Io { key, why: "the installed toolchain changed since it was found".into() });
         }
         if package.manifest.total_size() > self.max_bytes {
-            let why = format!("{} bytes of files, more than the store's {}", package.manifest.total_size(), self.max_bytes);
+            let why =
+                format!("{} bytes of files, more than the store's {}", package.manifest.total_size(), self.max_bytes);
             return Err(StoreError::Io { key, why });
         }
         let pins = Pins { store: self.clone(), digests: Mutex::new(Vec::new()) };
@@ -684,7 +685,9 @@ fn collect_blobs(blobs: &Path, pinned: &HashSet<[u8; 32]>, enough: u64) -> u64 {
     let mut idle: Vec<(i64, PathBuf, u64)> = blob_files(blobs)
         .into_iter()
         .filter(|(path, meta)| meta.nlink() <= 1 && blob_digest(path).is_some_and(|d| !pinned.contains(&d)))
-        .map(|(path, meta)| (meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()), path, meta.len()))
+        .map(|(path, meta)| {
+            (meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()), path, meta.len())
+        })
         .collect();
     idle.sort_unstable();
     let mut freed = 0;

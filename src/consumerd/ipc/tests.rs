@@ -50,7 +50,9 @@ fn job_frame() -> BytesMut {
         spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![], inputs: None },
         pid: 1,
         direct: None,
-        stay_local: None, inputs_args: None, text_refused: None,
+        stay_local: None,
+        inputs_args: None,
+        text_refused: None,
     };
     let mut out = BytesMut::new();
     encode_local(&WrapperMsg::Job(job), b"", &mut out);
