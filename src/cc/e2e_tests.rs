@@ -105,7 +105,7 @@ fn remote_compile(compiler: &str, p: &Project, cwd: &Path, args: &[OsString]) ->
     let family = Family::of_compiler(Path::new(compiler));
     let plan = match classify(family, args, cwd, |_| None) {
         Classification::Remote(plan) => plan,
-        Classification::Local(r) | Classification::LocalCached { reason: r, .. } => {
+        Classification::Local(r) => {
             panic!("{args:?} classified local: {r}")
         }
     };

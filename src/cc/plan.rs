@@ -36,16 +36,9 @@ const OBJECT_EXTENSIONS: &[&str] = &["o", "obj", "os", "lo"];
 pub enum Classification {
     /// Run the command as given, on this machine.
     Local(LocalReason),
-    /// Preprocess here, compile on an agent.
+    /// Preprocess here, compile on an agent (or, when
+    /// [`RemotePlan::text_refused`] says so, only from its inputs).
     Remote(RemotePlan),
-    /// Run it on this machine (why), but it is an ordinary compile: the
-    /// consumerd's direct-mode cache may answer it, and records it when not.
-    LocalCached {
-        /// Why it cannot go remote.
-        reason: LocalReason,
-        /// What the cache needs (its `spec` never reaches an agent).
-        plan: Box<RemotePlan>,
-    },
 }
 
 /// Everything a consumerd needs to run one compile remotely.
@@ -128,8 +121,7 @@ pub fn classify(
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Classification {
     match plan(family, args, cwd, &env) {
-        Ok((p, None)) => Classification::Remote(p),
-        Ok((p, Some(reason))) => Classification::LocalCached { reason, plan: Box::new(p) },
+        Ok(p) => Classification::Remote(p),
         Err(r) => Classification::Local(r),
     }
 }
@@ -139,7 +131,7 @@ fn plan(
     args: &[OsString],
     cwd: &Path,
     env: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<(RemotePlan, Option<LocalReason>), LocalReason> {
+) -> Result<RemotePlan, LocalReason> {
     let s = scan(family, args)?;
     if !s.compile {
         return Err(LocalReason::NoCompile);
@@ -192,12 +184,13 @@ fn plan(
     }
     // Past this point a reason to stay local is about the remote compile
     // alone: the unit is an ordinary compile, which the consumerd's cache may answer.
-    let stay_local = s.lto.then(|| LocalReason::Option {
-        arg: "-flto".to_owned(),
-        why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
-    });
     // These compile remotely only from their inputs, at their real paths.
-    let text_refused = if family == Family::Gnu && s.pedantic {
+    let text_refused = if s.lto {
+        Some(LocalReason::Option {
+            arg: "-flto".to_owned(),
+            why: "LTO bytecode records the agent's scratch paths, which no prefix map reaches",
+        })
+    } else if family == Family::Gnu && s.pedantic {
         Some(LocalReason::Option {
             arg: "-pedantic".to_owned(),
             why: "gcc reports the line markers of the preprocessed text as an extension",
@@ -236,7 +229,7 @@ fn plan(
         inputs_args,
         text_refused,
     };
-    Ok((plan, stay_local))
+    Ok(plan)
 }
 
 /// Where the dependency file goes (as gcc's driver names it) and the include
@@ -336,14 +329,14 @@ mod tests {
     fn remote(args: &[&str]) -> RemotePlan {
         match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => p,
-            Classification::Local(r) | Classification::LocalCached { reason: r, .. } => panic!("{args:?} local: {r}"),
+            Classification::Local(r) => panic!("{args:?} local: {r}"),
         }
     }
 
     fn local(args: &[&str]) -> LocalReason {
         match classify_in("/home/dev/p", args) {
             Classification::Remote(p) => panic!("{args:?} remote: {p:?}"),
-            Classification::Local(r) | Classification::LocalCached { reason: r, .. } => r,
+            Classification::Local(r) => r,
         }
     }
 

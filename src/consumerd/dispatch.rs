@@ -354,10 +354,10 @@ impl Dispatcher {
         let inputs_args = job.inputs_args.filter(|_| direct.is_some());
         // Text would not compile as the source does: remote only as inputs.
         let text_refused = job.text_refused.filter(|_| same_protocol);
-        let stay_local = job.stay_local.filter(|_| same_protocol).or_else(|| match &text_refused {
+        let stay_local = match &text_refused {
             Some(why) if inputs_args.is_none() => Some(why.clone()),
             _ => None,
-        });
+        };
         let want = if stay_local.is_some() { Want::LocalOnly } else { want };
         let state = if direct.is_some() { ConnState::Looking } else { ConnState::Queued };
         let lookup = self.direct.clone().zip(direct.clone()).map(|(cache, job)| (cache, job, compiler.clone()));

@@ -244,7 +244,6 @@ fn hold_local_slot(socket: &Path) -> std::os::unix::net::UnixStream {
         spec: TaskSpec { args: vec![], input_path: "x.c".into(), cwd: None, env: vec![], inputs: None },
         pid: 0,
         direct: None,
-        stay_local: None,
         inputs_args: None,
         text_refused: None,
     };

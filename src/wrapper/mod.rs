@@ -11,8 +11,6 @@
 //!
 //! ```text
 //! resolve compiler → classify ── Local ──▶ exec the compiler
-//!                        ├─ LocalCached (an ordinary compile that cannot go remote) ─▶ Job: Hit, or
-//!                        │     RunLocally at once, without a slot (and Record what it made)
 //!                        └─ Remote ─▶ connect (start a consumerd if none) ─▶ Job
 //!                              Hit ─▶ write object and dependency file, print, exit
 //!                              RunLocally ─▶ compile here, holding the slot (and Record what it made)
@@ -117,11 +115,7 @@ pub fn run(config: &Config, args: &[OsString]) -> i32 {
             exec_compiler(&compiler, &argv0, args)
         }
         Classification::Remote(plan) => {
-            Wrapper { config, compiler: &compiler, argv0: &argv0, args, plan: &plan, cwd: &cwd, stay_local: None }.go()
-        }
-        Classification::LocalCached { reason, plan } => {
-            let stay_local = Some(reason.to_string());
-            Wrapper { config, compiler: &compiler, argv0: &argv0, args, plan: &plan, cwd: &cwd, stay_local }.go()
+            Wrapper { config, compiler: &compiler, argv0: &argv0, args, plan: &plan, cwd: &cwd }.go()
         }
     }
 }
@@ -171,8 +165,6 @@ struct Wrapper<'a> {
     args: &'a [OsString],
     plan: &'a RemotePlan,
     cwd: &'a Path,
-    /// It never goes remote (why); only the consumerd's cache may answer it.
-    stay_local: Option<String>,
 }
 
 /// What the conversation with the consumerd decided.
@@ -216,7 +208,6 @@ impl Wrapper<'_> {
             spec: with_terminal_colors(self.plan.spec.clone(), terminal),
             pid: std::process::id(),
             direct: record::direct_job(self.plan, self.args, self.cwd, record::colors(self.args)),
-            stay_local: self.stay_local.clone(),
             inputs_args: self.plan.inputs_args.clone(),
             text_refused: self.plan.text_refused.as_ref().map(ToString::to_string),
         };

@@ -142,15 +142,13 @@ pub struct Job {
     pub pid: u32,
     /// What a direct-mode lookup needs; `None`: ask no cache.
     pub direct: Option<DirectJob>,
-    /// This compile runs here whatever happens (why): only the cache may
-    /// answer it, and on a miss it runs at once, without a slot, as it would
-    /// without ccroute.
-    pub stay_local: Option<String>,
     /// The agent's arguments for a compile from the unit's inputs
     /// ([`crate::inputs`]); `None`: it cannot be sent so.
     pub inputs_args: Option<Vec<String>>,
-    /// It may go remote only as its inputs (why not as text); otherwise it
-    /// runs here as with `stay_local`.
+    /// It may go remote only as its inputs (why not as text). When it
+    /// cannot, it runs here whatever happens: only the cache may answer it,
+    /// and on a miss it runs at once, without a slot, as it would without
+    /// ccroute.
     pub text_refused: Option<String>,
 }
 
@@ -404,7 +402,6 @@ mod tests {
                 cxx: false,
                 started_ns: 1,
             }),
-            stay_local: None,
             inputs_args: None,
             text_refused: None,
         })

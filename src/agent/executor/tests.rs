@@ -81,7 +81,7 @@ fn consumerd_task(compiler: &str, key: ToolchainKey, cwd: &Path, args: &[&str]) 
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
     let plan = match classify(Family::of_compiler(Path::new(compiler)), &args, cwd, |_| None) {
         Classification::Remote(plan) => plan,
-        Classification::Local(why) | Classification::LocalCached { reason: why, .. } => {
+        Classification::Local(why) => {
             panic!("{args:?} stays local: {why}")
         }
     };

@@ -50,7 +50,6 @@ fn job_frame() -> BytesMut {
         spec: TaskSpec { args: vec![], input_path: "a.c".into(), cwd: None, env: vec![], inputs: None },
         pid: 1,
         direct: None,
-        stay_local: None,
         inputs_args: None,
         text_refused: None,
     };
