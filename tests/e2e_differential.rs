@@ -310,7 +310,13 @@ fn command_shapes_match_plain_gcc_and_clang_as_text() {
 }
 
 /// Reasons to stay local that only the text has: sent as inputs, these go remote.
-const TEXT_ONLY: &[&str] = &["-pedantic", "checksums", "the agent's diagnostics would not read as here", "-flto"];
+const TEXT_ONLY: &[&str] = &[
+    "-pedantic",
+    "checksums",
+    "the agent's diagnostics would not read as here",
+    "-flto",
+    "the preprocessor printed diagnostics",
+];
 
 fn differential(agent: &[&str], inputs: bool) {
     let mut c = Cluster::new();

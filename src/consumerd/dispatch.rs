@@ -267,6 +267,9 @@ impl Dispatcher {
                 if conn.inputs_args.is_some() {
                     conn.listed = Some(header.files.clone());
                 }
+                if let Some(why) = header.text_refused {
+                    conn.text_refused.get_or_insert(why);
+                }
                 if conn.probe.is_some() {
                     // The dependency file is read now, while the wrapper
                     // waits: once it exits, the build may move it.

@@ -246,6 +246,7 @@ impl Wrapper<'_> {
                             cacheable: ready.cacheable,
                             len: ready.text.len() as u64,
                             files: ready.files,
+                            text_refused: ready.text_refused,
                         };
                         if let Err(e) = session.send(&WrapperMsg::Source(header), &ready.text) {
                             return Decision::Local(None, e.to_string());

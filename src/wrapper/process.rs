@@ -72,6 +72,8 @@ pub struct Ready {
     pub trusted_diagnostics: bool,
     /// The files the text came from, as its line markers name them.
     pub files: Vec<Vec<u8>>,
+    /// Only the unit's inputs may go remote, not this text (why).
+    pub text_refused: Option<String>,
 }
 
 /// Runs the preprocess step of `plan` (which also writes any dependency
@@ -86,10 +88,15 @@ pub fn preprocess(compiler: &Path, plan: &RemotePlan, cwd: &Path) -> Result<Read
         return Err(format!("the preprocessor failed ({})", out.status));
     }
     // The local compile prints these once, in their place among the
-    // compiler's own; the agent could only add them before or after its own,
-    // and repeats some (a macro defined twice on the command line).
+    // compiler's own; an agent compiling the text could only add them before
+    // or after its own, and repeats some (a macro defined twice on the
+    // command line). One compiling the unit's inputs prints them as here.
+    let mut text_refused = None;
     if !out.stderr.is_empty() {
-        return Err("the preprocessor printed diagnostics".to_owned());
+        if plan.inputs_args.is_none() {
+            return Err("the preprocessor printed diagnostics".to_owned());
+        }
+        text_refused = Some("the preprocessor printed diagnostics".to_owned());
     }
     let pp = plan.postprocess(&out.stdout);
     if pp.timestamp_macro {
@@ -107,7 +114,7 @@ pub fn preprocess(compiler: &Path, plan: &RemotePlan, cwd: &Path) -> Result<Read
         }
     }
     let trusted_diagnostics = plan.diagnostics_trusted(&pp);
-    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, trusted_diagnostics, files: pp.files })
+    Ok(Ready { text: pp.text, cacheable: !pp.time_macros, trusted_diagnostics, files: pp.files, text_refused })
 }
 
 /// Writes `object` to `path` the way a compiler would leave it — mode

@@ -162,6 +162,9 @@ pub struct SourceHeader {
     pub len: u64,
     /// The files the preprocessing read, as its line markers name them.
     pub files: Vec<Vec<u8>>,
+    /// Only the unit's inputs may go remote, not this text (why): when they
+    /// cannot, the unit compiles here.
+    pub text_refused: Option<String>,
 }
 
 /// A message from the consumerd.
@@ -412,7 +415,12 @@ mod tests {
         let mut wire = BytesMut::new();
         encode_local(&job(), b"", &mut wire);
         encode_local(
-            &WrapperMsg::Source(SourceHeader { cacheable: true, len: 5, files: vec![b"a.h".to_vec()] }),
+            &WrapperMsg::Source(SourceHeader {
+                cacheable: true,
+                len: 5,
+                files: vec![b"a.h".to_vec()],
+                text_refused: None,
+            }),
             b"int x",
             &mut wire,
         );
@@ -459,7 +467,7 @@ mod tests {
 
         let mut buf = BytesMut::new();
         encode_local_header(
-            &WrapperMsg::Source(SourceHeader { cacheable: false, len: u64::MAX, files: vec![] }),
+            &WrapperMsg::Source(SourceHeader { cacheable: false, len: u64::MAX, files: vec![], text_refused: None }),
             &mut buf,
         );
         let err = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS).decode(&mut buf).unwrap_err();

@@ -116,7 +116,12 @@ fn garbage_and_oversized_frames_close_that_connection_only() {
     let mut huge = f.connect();
     let mut frame = BytesMut::new();
     ccroute_wire::local::encode_local_header(
-        &WrapperMsg::Source(SourceHeader { cacheable: true, len: WRAPPER_LIMITS.max_payload + 1, files: vec![] }),
+        &WrapperMsg::Source(SourceHeader {
+            cacheable: true,
+            len: WRAPPER_LIMITS.max_payload + 1,
+            files: vec![],
+            text_refused: None,
+        }),
         &mut frame,
     );
     huge.write_all(&frame).unwrap();
