@@ -43,6 +43,9 @@ pub struct AgentConfig {
     pub discover: bool,
     /// Whether to offer the no-op test toolchain.
     pub test_toolchain: bool,
+    /// This host's speed for the test toolchain's replayed units (1.0: as
+    /// recorded; 0.5: twice as long).
+    pub replay_speed: f64,
     /// Where scratch directories are made.
     pub scratch_parent: PathBuf,
     /// This agent's node id.
@@ -84,6 +87,7 @@ impl AgentConfig {
             compilers: Vec::new(),
             discover: true,
             test_toolchain: false,
+            replay_speed: 1.0,
             scratch_parent: crate::agent::executor::default_scratch_parent(),
             node_id: crate::net::random_id(),
             host_name: crate::host::host_name(),
@@ -123,6 +127,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         scratch_parent: config.scratch_parent.clone(),
         toolchains: paths,
         offer_test_toolchain: config.test_toolchain,
+        replay_speed: config.replay_speed,
         shipping,
         packages,
         ..ExecutorConfig::default()

@@ -103,7 +103,7 @@ impl CpuSampler {
     pub fn sample(&mut self, tasks_running: u32) -> CpuSample {
         let Self { source, pressure, failing } = self;
         let mut s = CpuSample {
-            wall_ns: sys::monotonic_ns(),
+            wall_ns: crate::host::monotonic_ns(),
             online_cpus: sys::online_cpus(),
             tasks_running,
             ..CpuSample::default()
@@ -362,19 +362,6 @@ pub fn parse_pressure_some_total(text: &str) -> Option<u64> {
 /// The few libc calls the sampler needs.
 #[allow(unsafe_code)]
 mod sys {
-    /// `CLOCK_MONOTONIC` in nanoseconds (0 if the clock cannot be read).
-    pub(super) fn monotonic_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        if rc != 0 {
-            return 0;
-        }
-        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-        secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-    }
-
     /// CPUs online on the host.
     pub(super) fn online_cpus() -> u32 {
         // SAFETY: sysconf only reads a system value; it touches no memory of ours.

@@ -145,6 +145,10 @@ pub struct AgentArgs {
     /// Also offer the no-op test toolchain (benches).
     #[arg(long, env = "CCROUTE_TEST_TOOLCHAIN")]
     pub test_toolchain: bool,
+    /// The test toolchain's replayed units (the farm harness) take their
+    /// recorded time divided by this: 1.0 as recorded, 0.4 a slower host.
+    #[arg(long, default_value_t = 1.0, requires = "test_toolchain", value_parser = positive_f64)]
+    pub replay_speed: f64,
     /// The name `ccroute status` shows (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
@@ -413,5 +417,13 @@ mod tests {
     fn a_missing_scheduler_says_where_to_set_it() {
         let e = scheduler_addr(None, &FileConfig::default()).unwrap_err().to_string();
         assert!(e.contains("--scheduler") && e.contains("CCROUTE_SCHEDULER"), "{e}");
+    }
+}
+
+/// A finite number above 0.
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number above 0")),
     }
 }

@@ -220,6 +220,7 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
     config.compilers = a.compilers;
     config.discover = !a.no_discover;
     config.test_toolchain = a.test_toolchain;
+    config.replay_speed = a.replay_speed;
     if let Some(dir) = a.scratch_dir {
         config.scratch_parent = dir;
     }

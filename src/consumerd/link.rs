@@ -461,6 +461,7 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
         match frame.message {
             Message::TaskResult(header) => {
                 let waiter = lock(&inner.pending).remove(&header.task_id);
+                tracing::trace!(task = header.task_id, waited = waiter.is_some(), "result");
                 if let Some(waiter) = waiter {
                     let _ = waiter.send(to_compiled(header, &frame.payload));
                 }

@@ -27,7 +27,9 @@
 //! The built-in test toolchain ([`crate::toolchain::test_toolchain`])
 //! runs no process: its object is [`test_object`] of the source, after
 //! `-sleep=<ms>` in the spec's arguments (waited, cancellable) if there is
-//! one.
+//! one; with `-replay=…` it stands in for a recorded unit instead
+//! ([`replay`]: its token held for the recorded time ÷ the agent's speed, an
+//! object of the recorded size).
 //!
 //! Concurrency: [`Executor::run`] is called from many tasks at once; it
 //! takes no lock shared between tasks; the toolchain table is fixed when the
@@ -42,6 +44,7 @@
 
 mod inputs;
 mod process;
+pub mod replay;
 mod scratch;
 
 #[cfg(test)]
@@ -121,6 +124,9 @@ pub struct ExecutorConfig {
     /// The installed compilers' identities and files, by toolchain key: a
     /// unit sent as its inputs compiles in a sandbox built from them.
     pub packages: HashMap<ToolchainKey, (Toolchain, Arc<Package>)>,
+    /// The test toolchain's replayed units hold their token for their
+    /// recorded time ÷ this ([`replay`]).
+    pub replay_speed: f64,
 }
 
 impl Default for ExecutorConfig {
@@ -133,6 +139,7 @@ impl Default for ExecutorConfig {
             limits: ExecLimits::default(),
             shipping: None,
             packages: HashMap::new(),
+            replay_speed: 1.0,
         }
     }
 }
@@ -217,6 +224,10 @@ pub(crate) enum TaskError {
     Refused(RefusedArg),
     #[error("invalid test-toolchain argument {0:?}: expected -sleep=<milliseconds>")]
     BadSleep(String),
+    #[error(
+        "invalid test-toolchain argument {0:?}: expected -replay=<micros>,<object bytes>,<wire bytes ≤ object bytes>"
+    )]
+    BadReplay(String),
     #[error("source payload: {0}")]
     Source(DecodeError),
     #[error("cannot create a task directory in {root}: {source}")]
@@ -264,6 +275,7 @@ pub struct Executor {
     shipping: Option<Shipping>,
     packages: HashMap<ToolchainKey, (Toolchain, Arc<Package>)>,
     path_env: Option<OsString>,
+    replay_speed: f64,
     running: AtomicU32,
 }
 
@@ -283,6 +295,7 @@ impl Executor {
             shipping: config.shipping,
             packages: config.packages,
             path_env: std::env::var_os("PATH"),
+            replay_speed: config.replay_speed,
             running: AtomicU32::new(0),
         })
     }
@@ -403,11 +416,15 @@ impl Executor {
     /// The test toolchain: no process, no files.
     async fn run_test(&self, spec: TaskSpec, task: &ExecTask, stop: &Stop<'_>) -> Result<ExecResult, TaskError> {
         let mut sleep = None;
+        let mut replayed = None;
         let mut args = Vec::with_capacity(spec.args.len());
         for arg in spec.args {
-            match arg.strip_prefix("-sleep=") {
-                Some(ms) => sleep = Some(ms.parse::<u64>().map_err(|_| TaskError::BadSleep(arg.clone()))?),
-                None => args.push(arg),
+            if let Some(ms) = arg.strip_prefix("-sleep=") {
+                sleep = Some(ms.parse::<u64>().map_err(|_| TaskError::BadSleep(arg.clone()))?);
+            } else if let Some(value) = arg.strip_prefix("-replay=") {
+                replayed = Some(replay::check(value, self.limits.max_object_bytes)?);
+            } else {
+                args.push(arg);
             }
         }
         // Checked although nothing runs, so that it costs what a real task costs.
@@ -429,7 +446,33 @@ impl Executor {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => {}
             }
         }
-        let (wire, info) = compress(&test_object(&source));
+        let object = match replayed {
+            Some(arg) => {
+                let held = replay::hold(arg.micros, self.replay_speed);
+                let started_ns = crate::host::monotonic_ns();
+                tokio::select! {
+                    biased;
+                    e = stop.fired() => return Err(e),
+                    () = tokio::time::sleep(held) => {}
+                }
+                let held_micros = u64::try_from(held.as_micros()).unwrap_or(u64::MAX);
+                let stamp = replay::ReplayStamp {
+                    started_ns,
+                    finished_ns: crate::host::monotonic_ns(),
+                    asked_micros: arg.micros,
+                    held_micros,
+                    speed_milli: (self.replay_speed * 1000.0).round() as u64,
+                };
+                drop(source);
+                replay::object(arg, stamp)
+            }
+            None => test_object(&source),
+        };
+        let (wire, info) = if object.len() as u64 <= INLINE_DECOMPRESS {
+            compress(&object)
+        } else {
+            tokio::task::spawn_blocking(move || compress(&object)).await.map_err(TaskError::Join)?
+        };
         let header = ResultHeader {
             task_id: 0,
             outcome: Outcome::Success,

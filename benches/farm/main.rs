@@ -1,0 +1,699 @@
+//! The farm harness: ccroute's real daemons as a farm of hosts on one
+//! machine, replaying recorded builds, measured against the lower bound.
+//!
+//! ```text
+//! cargo bench --bench farm                 # every preset; writes FARM.md (as root)
+//! cargo bench --bench farm -- lan-64 wan   # the named presets; prints the table
+//! cargo bench --bench farm -- record       # re-records benches/farm/traces/
+//! cargo test --bench farm                  # the CI smoke: 8 agents, 400 units
+//! ```
+//!
+//! Each agent host is a network namespace joined to the hub (the
+//! scheduler's namespace) by a veth pair shaped with `tbf`; delay and jitter
+//! come from a userspace relay in the hub ([`relay`]). The scheduler and
+//! every agent are `ccroute` processes; each build is a replay client
+//! ([`replay`]) in a namespace of its own, driving the consumerd's link as
+//! `make -jN`. Agents run the test toolchain's replayed units: each holds
+//! its token for the unit's recorded compile time and answers with an object
+//! of its recorded size. `scale` instead runs 1,000 agents and 200
+//! consumerds inside this process against a scheduler process on loopback
+//! ([`scale`]).
+//!
+//! Time may be dilated: with a factor K every recorded time and delay is K
+//! times longer and every rate K times lower, so that the farm's CPU work
+//! per wall second (payload compression, TLS, the daemons' own work) fits two
+//! cores; makespans and bounds are reported divided by K (the ratio is the
+//! same), latencies as measured against the link's RTT as dilated.
+
+mod netns;
+mod record;
+mod relay;
+mod replay;
+mod report;
+mod scale;
+mod trace;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use report::{Figures, Row};
+use trace::Trace;
+
+/// The ccroute binary cargo built beside this one.
+const CCROUTE: &str = env!("CARGO_BIN_EXE_ccroute");
+const SCHEDULER_PORT: u16 = 7300;
+const FIRST_LINK_PORT: u16 = 20_000;
+
+/// One farm to run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub agents: usize,
+    pub tokens: u32,
+    pub rtt_us: u64,
+    pub jitter_us: u64,
+    pub rate_bps: u64,
+    /// Agent speeds: the first `slow` agents run at `slow_speed`.
+    pub slow: usize,
+    pub slow_speed: f64,
+    /// The trace each build replays, and when it starts (s, farm time).
+    pub builds: Vec<(Trace, f64)>,
+    pub jobs: usize,
+    pub dilate: f64,
+    /// Also run each distinct build alone (the `shared` comparison).
+    pub alone: bool,
+}
+
+impl Scenario {
+    pub fn speed(&self, agent: usize) -> f64 {
+        if agent < self.slow {
+            self.slow_speed
+        } else {
+            1.0
+        }
+    }
+
+    /// Σ tokens × speed.
+    pub fn capacity(&self) -> f64 {
+        (0..self.agents).map(|i| f64::from(self.tokens) * self.speed(i)).sum()
+    }
+}
+
+/// Directories and namespaces to remove if the run is interrupted.
+static INTERRUPTED_CLEANUP: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let first = args.first().and_then(|a| a.to_str()).unwrap_or("");
+    let result = match first {
+        "relay" => relay_main(&args[1..]),
+        "replay" => replay_main(&args[1..]),
+        "record-cc" => return record::record_cc(&args[1..]),
+        "record" => record_main(&args[1..]),
+        _ => harness_main(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("farm: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn strs(args: &[OsString]) -> Vec<String> {
+    args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+}
+
+/// `relay LISTEN_IP UPSTREAM LINKS_FILE`.
+fn relay_main(args: &[OsString]) -> Result<(), String> {
+    let a = strs(args);
+    let [ip, upstream, file] = a.as_slice() else {
+        return Err("usage: relay LISTEN_IP UPSTREAM LINKS_FILE".into());
+    };
+    let ip = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
+    let upstream = upstream.parse().map_err(|e| format!("{upstream}: {e}"))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let specs: Vec<relay::LinkSpec> = text
+        .lines()
+        .map(|l| relay::LinkSpec::parse(l).ok_or(format!("bad link line {l:?}")))
+        .collect::<Result<_, _>>()?;
+    relay::run(ip, upstream, &specs).map_err(|e| format!("relay: {e}"))
+}
+
+/// `replay --scheduler A --tls-dir D --trace F --jobs N --dilate K --start-at NS --name S --out F`.
+fn replay_main(args: &[OsString]) -> Result<(), String> {
+    let a = strs(args);
+    let get = |k: &str| {
+        a.iter().position(|x| x == k).and_then(|i| a.get(i + 1)).cloned().ok_or(format!("replay: {k} missing"))
+    };
+    let config = replay::ReplayConfig {
+        scheduler: get("--scheduler")?.parse().map_err(|e| format!("--scheduler: {e}"))?,
+        tls_dir: get("--tls-dir")?.into(),
+        trace: Trace::load(Path::new(&get("--trace")?))?,
+        jobs: get("--jobs")?.parse().map_err(|e| format!("--jobs: {e}"))?,
+        dilate: get("--dilate")?.parse().map_err(|e| format!("--dilate: {e}"))?,
+        start_at: get("--start-at")?.parse().map_err(|e| format!("--start-at: {e}"))?,
+        name: get("--name")?,
+    };
+    let out = get("--out")?;
+    logs();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let answers = rt.block_on(replay::run(config))?;
+    std::fs::write(&out, replay::render(&answers)).map_err(|e| format!("{out}: {e}"))
+}
+
+/// Log lines to stderr, as `RUST_LOG` says (warnings by default).
+fn logs() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| "warn".parse().unwrap_or_default());
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(std::io::stderr))
+        .try_init();
+}
+
+/// `record [PROJECT...]`: runs record.sh, then turns each raw file into a trace.
+fn record_main(args: &[OsString]) -> Result<(), String> {
+    let projects: Vec<String> = strs(args).into_iter().filter(|a| !a.starts_with('-')).collect();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let raw = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let status = Command::new("bash")
+        .arg(repo.join("benches/farm/record.sh"))
+        .args(&projects)
+        .env("FARM_BIN", &exe)
+        .env("FARM_RAW_DIR", raw.path())
+        .status()
+        .map_err(|e| format!("record.sh: {e}"))?;
+    if !status.success() {
+        return Err("record.sh failed".into());
+    }
+    for entry in std::fs::read_dir(raw.path()).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("raw") {
+            continue;
+        }
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_owned();
+        let about = std::fs::read_to_string(path.with_extension("about")).unwrap_or_default();
+        let out = repo.join("benches/farm/traces").join(format!("{stem}.trace"));
+        let t = record::finish(&path, &out, about.trim())?;
+        println!(
+            "record: {} units, {:.1} CPU s, longest {:.2} s -> {}",
+            t.units.len(),
+            t.work_us() as f64 / 1e6,
+            t.units.iter().map(|u| u.cpu_us).max().unwrap_or(0) as f64 / 1e6,
+            out.strip_prefix(repo).unwrap_or(&out).display()
+        );
+    }
+    Ok(())
+}
+
+/// The recorded traces, by name.
+fn traces() -> Result<BTreeMap<String, Trace>, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/farm/traces");
+    let mut out = BTreeMap::new();
+    for name in ["sample", "lua", "lzma", "libgit2"] {
+        let t = Trace::load(&dir.join(format!("{name}.trace")))?;
+        out.insert(name.to_owned(), t);
+    }
+    Ok(out)
+}
+
+fn generated(traces: &BTreeMap<String, Trace>, n: usize, seed: u64) -> Trace {
+    let all: Vec<Trace> = traces.values().cloned().collect();
+    Trace::generate(n, &all, seed)
+}
+
+/// The named presets.
+fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
+    let base = |name: &str, agents: usize, trace: Trace, dilate: f64| Scenario {
+        name: name.into(),
+        agents,
+        tokens: 8,
+        rtt_us: 200,
+        jitter_us: 0,
+        rate_bps: 10_000_000_000,
+        slow: 0,
+        slow_speed: 1.0,
+        jobs: agents * 8,
+        builds: vec![(trace, 0.0)],
+        dilate,
+        alone: false,
+    };
+    let gen5k = generated(traces, 5_000, 1);
+    vec![
+        base("lan-8", 8, traces["libgit2"].clone(), 1.0),
+        base("lan-64", 64, gen5k.clone(), 4.0),
+        base("lan-256", 256, generated(traces, 20_000, 2), 16.0),
+        Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) },
+        Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) },
+        Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k, 4.0) },
+        {
+            let t = generated(traces, 2_000, 3);
+            let builds = (0..4).map(|i| (t.clone(), 5.0 * f64::from(i))).collect();
+            Scenario { builds, alone: true, ..base("shared", 64, t, 4.0) }
+        },
+    ]
+}
+
+/// The CI smoke: 8 agents, 400 units drawn from the traces, no dilation.
+fn smoke(traces: &BTreeMap<String, Trace>) -> Scenario {
+    Scenario {
+        name: "smoke".into(),
+        agents: 8,
+        tokens: 8,
+        rtt_us: 200,
+        jitter_us: 0,
+        rate_bps: 1_000_000_000,
+        slow: 4,
+        slow_speed: 0.5,
+        jobs: 64,
+        builds: vec![(generated(traces, 400, 9), 0.0)],
+        dilate: 1.0,
+        alone: false,
+    }
+}
+
+fn harness_main(args: &[OsString]) -> Result<(), String> {
+    let a = strs(args);
+    // `cargo bench` passes --bench; `cargo test` passes nothing (or a filter).
+    let full = a.iter().any(|x| x == "--bench");
+    let out_at = a.iter().position(|x| x == "--out");
+    let out = out_at.and_then(|i| a.get(i + 1)).map(PathBuf::from);
+    let names: Vec<&String> = a
+        .iter()
+        .enumerate()
+        .filter(|(i, x)| !x.starts_with('-') && out_at.map(|o| o + 1) != Some(*i))
+        .map(|(_, x)| x)
+        .collect();
+    netns::check_tools()?;
+    install_interrupt_cleanup();
+    let traces = traces()?;
+    let started = Instant::now();
+    if !full {
+        let s = smoke(&traces);
+        let row = run_scenario(&s)?;
+        println!("{}", report::table(std::slice::from_ref(&row)));
+        row.figures.honest().map_err(|e| format!("smoke: {e}"))?;
+        let left = leftovers();
+        if !left.is_empty() {
+            return Err(format!("smoke: left behind: {}", left.join(", ")));
+        }
+        println!(
+            "farm smoke: {} units, each answered once; no namespace or process left ({:.0} s)",
+            row.figures.units,
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    let all = presets(&traces);
+    let wanted: Vec<&Scenario> = if names.is_empty() {
+        all.iter().collect()
+    } else {
+        let known: Vec<&str> = all.iter().map(|s| s.name.as_str()).chain(["scale"]).collect();
+        if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            return Err(format!("unknown preset {bad:?} (known: {})", known.join(", ")));
+        }
+        all.iter().filter(|s| names.iter().any(|n| *n == &s.name)).collect()
+    };
+    let mut rows = Vec::new();
+    for s in wanted {
+        eprintln!(
+            "farm: {} ({} agents × {} tokens, {} build(s), dilation {}×)",
+            s.name,
+            s.agents,
+            s.tokens,
+            s.builds.len(),
+            s.dilate
+        );
+        let row = run_scenario(s)?;
+        eprintln!("{}", report::table(std::slice::from_ref(&row)));
+        if let Err(e) = row.figures.honest() {
+            return Err(format!("{}: {e}", s.name));
+        }
+        rows.push(row);
+    }
+    let scale_row = if names.is_empty() || names.iter().any(|n| *n == "scale") {
+        eprintln!("farm: scale");
+        let r = scale::run(&scale::ScaleConfig::preset())?;
+        eprintln!("{}", r.render());
+        Some(r)
+    } else {
+        None
+    };
+    let left = leftovers();
+    if !left.is_empty() {
+        return Err(format!("left behind: {}", left.join(", ")));
+    }
+    println!("{}", report::table(&rows));
+    if let Some(s) = &scale_row {
+        println!("{}", s.render());
+    }
+    let out = out.or_else(|| names.is_empty().then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("FARM.md")));
+    if let Some(out) = out {
+        let md = report::markdown(&rows, scale_row.as_ref(), started.elapsed());
+        std::fs::write(&out, md).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("farm: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// Namespaces of this run and processes started from its work directories
+/// that are still there.
+fn leftovers() -> Vec<String> {
+    let tag = format!("{}{}-", netns::PREFIX, std::process::id());
+    let mut left: Vec<String> = netns::listed().into_iter().filter(|n| n.starts_with(&tag)).collect();
+    let marker = format!("ccfarm-work-{}", std::process::id());
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+            if String::from_utf8_lossy(&cmd).contains(&marker) && e.file_name() != "self" {
+                left.push(format!("process {}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    left
+}
+
+fn install_interrupt_cleanup() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        });
+        eprintln!("farm: interrupted; removing the farm's namespaces, processes and files");
+        netns::remove_own();
+        for dir in INTERRUPTED_CLEANUP.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        std::process::exit(130);
+    });
+}
+
+/// A work directory, removed at the end unless kept.
+enum KeptOrTemp {
+    Kept(PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl KeptOrTemp {
+    fn path(&self) -> &Path {
+        match self {
+            KeptOrTemp::Kept(p) => p,
+            KeptOrTemp::Temp(t) => t.path(),
+        }
+    }
+}
+
+/// A child process, killed when dropped.
+struct Proc {
+    child: Child,
+    what: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Runs `program args` in namespace `ns` (`ip netns exec` execs, so the
+/// child's pid is the program's), its output to `log`.
+fn spawn_in(ns: &str, program: &Path, args: &[String], log: &Path, piped: bool) -> Result<Proc, String> {
+    let file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .arg(program)
+        .args(args)
+        .env("RUST_LOG", std::env::var("FARM_LOG").unwrap_or_else(|_| "warn".into()))
+        .stderr(err);
+    if piped {
+        cmd.stdout(Stdio::piped()).stdin(Stdio::piped());
+    } else {
+        cmd.stdout(file).stdin(Stdio::null());
+    }
+    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    Ok(Proc { child, what: format!("{} in {ns}", program.file_name().unwrap_or_default().to_string_lossy()) })
+}
+
+/// Reads lines of a piped child's stdout until one starts with `prefix`.
+fn wait_line(p: &mut Proc, prefix: &str, within: Duration) -> Result<String, String> {
+    let Some(out) = p.child.stdout.take() else { return Err(format!("{}: no stdout", p.what)) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let want = prefix.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with(&want) {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    rx.recv_timeout(within).map_err(|_| format!("{} did not print {prefix:?} within {within:?}", p.what))
+}
+
+/// `/proc/<pid>/stat` utime + stime, seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let Some(rest) = stat.rsplit(')').next() else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // After the name: state is field 0, utime 11, stime 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// `/proc/<pid>/status` VmRSS, bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The scheduler's status, asked from inside the hub.
+fn status(hub: &str, tls: &Path) -> Result<serde_json::Value, String> {
+    let addr = format!("{}:{SCHEDULER_PORT}", netns::HUB_IP);
+    let out = Command::new("ip")
+        .args(["netns", "exec", hub, CCROUTE, "status", "--json", "--scheduler", &addr, "--tls-dir"])
+        .arg(tls)
+        .env("RUST_LOG", "error")
+        .output()
+        .map_err(|e| format!("ccroute status: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ccroute status: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("ccroute status: {e}"))
+}
+
+fn agents_joined(s: &serde_json::Value) -> usize {
+    s["agents"].as_array().map_or(0, Vec::len)
+}
+
+fn agents_completed(s: &serde_json::Value) -> u64 {
+    s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x["completed"].as_u64()).sum())
+}
+
+/// Runs one scenario (and, when asked, each distinct build alone after it).
+fn run_scenario(s: &Scenario) -> Result<Row, String> {
+    let figures = run_farm(s)?;
+    let mut alone = Vec::new();
+    if s.alone {
+        let (trace, _) = &s.builds[0];
+        let one = Scenario {
+            builds: vec![(trace.clone(), 0.0)],
+            alone: false,
+            name: format!("{}-alone", s.name),
+            ..s.clone()
+        };
+        let f = run_farm(&one)?;
+        alone.push(f.builds[0].makespan_s);
+    }
+    Ok(Row { scenario: s.clone(), figures, alone })
+}
+
+/// Starts the farm, replays every build, stops the farm; its figures.
+fn run_farm(s: &Scenario) -> Result<Figures, String> {
+    let work = tempfile::Builder::new()
+        .prefix(&format!("ccfarm-work-{}-", std::process::id()))
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    INTERRUPTED_CLEANUP.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(work.path().to_owned());
+    // FARM_KEEP=1 keeps every log and answer file (the path is printed).
+    let work = if std::env::var_os("FARM_KEEP").is_some() {
+        let kept = work.keep();
+        eprintln!("farm: keeping {}", kept.display());
+        KeptOrTemp::Kept(kept)
+    } else {
+        KeptOrTemp::Temp(work)
+    };
+    let w = work.path();
+    let tls = w.join("tls");
+    netns::run(CCROUTE, &["certs", "init", &tls.to_string_lossy()])?;
+    std::fs::create_dir_all(w.join("scratch")).map_err(|e| e.to_string())?;
+    let mut net = netns::Net::new()?;
+    let hosts = s.agents + s.builds.len();
+    let rate = (s.rate_bps as f64 / s.dilate) as u64;
+    net.add_hosts(hosts, |_| netns::Shape { rate_bps: rate })?;
+
+    let mut procs: Vec<Proc> = Vec::new();
+    let sched_addr = format!("{}:{SCHEDULER_PORT}", netns::HUB_IP);
+    let tls_s = tls.to_string_lossy().into_owned();
+    let mut scheduler = spawn_in(
+        &net.hub,
+        Path::new(CCROUTE),
+        &["scheduler", "--listen", &sched_addr, "--no-cache", "--no-optimizer", "--tls-dir", &tls_s].map(String::from),
+        &w.join("scheduler.log"),
+        true,
+    )?;
+    wait_line(&mut scheduler, "ccroute scheduler listening", Duration::from_secs(20))?;
+    let sched_pid = scheduler.pid();
+    let rss_idle = rss_bytes(sched_pid);
+
+    // Every host's link through the relay, with the dilated delay.
+    let one_way = (s.rtt_us as f64 * s.dilate / 2.0) as u64;
+    let jitter = (s.jitter_us as f64 * s.dilate) as u64;
+    let links: String = (0..hosts).map(|i| format!("{}:{one_way}:{jitter}\n", FIRST_LINK_PORT as usize + i)).collect();
+    std::fs::write(w.join("links"), links).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut relay = spawn_in(
+        &net.hub,
+        &exe,
+        &[
+            "relay".into(),
+            netns::HUB_IP.to_string(),
+            sched_addr.clone(),
+            w.join("links").to_string_lossy().into_owned(),
+        ],
+        &w.join("relay.log"),
+        true,
+    )?;
+    let ready = wait_line(&mut relay, "relay ready", Duration::from_secs(30))?;
+    let relay_added = report::parse_relay(&ready);
+    let relay_pid = relay.pid();
+    let link_addr = |i: usize| format!("{}:{}", netns::HUB_IP, FIRST_LINK_PORT as usize + i);
+
+    for i in 0..s.agents {
+        let args = [
+            "agent".to_owned(),
+            "--scheduler".into(),
+            link_addr(i),
+            "--tls-dir".into(),
+            tls_s.clone(),
+            "--jobs".into(),
+            s.tokens.to_string(),
+            "--no-discover".into(),
+            "--test-toolchain".into(),
+            "--no-shipping".into(),
+            "--replay-speed".into(),
+            s.speed(i).to_string(),
+            "--name".into(),
+            format!("farm-a{i}"),
+            "--scratch-dir".into(),
+            w.join("scratch").to_string_lossy().into_owned(),
+        ];
+        procs.push(spawn_in(&net.hosts[i], Path::new(CCROUTE), &args, &w.join(format!("agent-{i}.log")), false)?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60 + s.agents as u64 / 2);
+    loop {
+        let st = status(&net.hub, &tls)?;
+        if agents_joined(&st) == s.agents {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} of {} agents joined within the time allowed", agents_joined(&st), s.agents));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let rss_agents = rss_bytes(sched_pid);
+    let before = status(&net.hub, &tls)?;
+
+    let t0 = ccroute::host::monotonic_ns() + 3_000_000_000 + s.agents as u64 * 10_000_000;
+    let mut clients = Vec::new();
+    for (b, (trace, offset_s)) in s.builds.iter().enumerate() {
+        let host = s.agents + b;
+        let tfile = w.join(format!("build-{b}.trace"));
+        std::fs::write(&tfile, trace.render()).map_err(|e| e.to_string())?;
+        let start_at = t0 + (offset_s * s.dilate * 1e9) as u64;
+        let args = [
+            "replay".to_owned(),
+            "--scheduler".into(),
+            link_addr(host),
+            "--tls-dir".into(),
+            tls_s.clone(),
+            "--trace".into(),
+            tfile.to_string_lossy().into_owned(),
+            "--jobs".into(),
+            s.jobs.to_string(),
+            "--dilate".into(),
+            s.dilate.to_string(),
+            "--start-at".into(),
+            start_at.to_string(),
+            "--name".into(),
+            format!("build-{b}"),
+            "--out".into(),
+            w.join(format!("answers-{b}.tsv")).to_string_lossy().into_owned(),
+        ];
+        clients.push((spawn_in(&net.hosts[host], &exe, &args, &w.join(format!("replay-{b}.log")), false)?, start_at));
+    }
+    let cpu_before = cpu_seconds(sched_pid);
+    let relay_cpu_before = cpu_seconds(relay_pid);
+    // Each build may take ten times its bound and a minute.
+    let longest: f64 =
+        s.builds.iter().map(|(t, off)| off + t.work_us() as f64 / 1e6 / s.capacity().max(1.0)).fold(0.0, f64::max);
+    let deadline = Instant::now() + Duration::from_secs_f64(60.0 + 10.0 * longest * s.dilate + 5.0);
+    let mut rss_peak = 0;
+    for (c, _) in &mut clients {
+        loop {
+            rss_peak = rss_peak.max(rss_bytes(sched_pid));
+            match c.child.try_wait() {
+                Ok(Some(st)) if st.success() => break,
+                Ok(Some(st)) => {
+                    let log = std::fs::read_to_string(w.join("replay-0.log")).unwrap_or_default();
+                    return Err(format!("{} exited with {st}: {}", c.what, log.trim()));
+                }
+                Ok(None) if Instant::now() > deadline => return Err(format!("{} did not finish in time", c.what)),
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    let cpu_after = cpu_seconds(sched_pid);
+    let relay_cpu = cpu_seconds(relay_pid) - relay_cpu_before;
+    let after = status(&net.hub, &tls)?;
+    let mut builds = Vec::new();
+    for (b, (trace, _)) in s.builds.iter().enumerate() {
+        let text = std::fs::read_to_string(w.join(format!("answers-{b}.tsv"))).map_err(|e| e.to_string())?;
+        let answers: Vec<replay::Answer> = text.lines().filter_map(replay::Answer::parse).collect();
+        builds.push(report::Build::of(trace, &answers, clients[b].1, s.dilate));
+    }
+    let completed = agents_completed(&after) - agents_completed(&before);
+    let requeued = after["totals"]["requeued"].as_u64().unwrap_or(0);
+    let figures = Figures::of(
+        s,
+        builds,
+        report::Machine {
+            sched_cpu_s: cpu_after - cpu_before,
+            rss_idle,
+            rss_agents,
+            rss_peak,
+            agents_completed: completed,
+            requeued,
+            relay_added,
+            relay_cpu_s: relay_cpu,
+        },
+    );
+    drop(clients);
+    drop(procs);
+    drop(relay);
+    drop(scheduler);
+    net.remove();
+    drop(net);
+    Ok(figures)
+}

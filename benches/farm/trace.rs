@@ -1,0 +1,217 @@
+//! Build traces: one line per translation unit of a real build, as the
+//! recorder wrote it (`record`), and large projects drawn from them.
+//!
+//! The format is text, one header line and one unit per line:
+//!
+//! ```text
+//! # ccroute-farm trace 1 | liblzma (crate lzma-sys 0.1.20) | gcc 12.2.0 -O2 | make -j2
+//! seq  unit  pp_bytes  pp_wire  obj_bytes  obj_wire  cpu_us  after
+//! 0    src/liblzma/common/alone_decoder.c  61234  13012  5120  2300  81000  -
+//! ```
+//!
+//! `seq` is the order make issued the compile in; `pp_*` and `obj_*` are
+//! the preprocessed text's and the object's sizes raw and as ccroute's wire
+//! compresses them; `cpu_us` is the compile's user + system time; `after`
+//! lists the units (by seq, comma-separated) that must finish before it
+//! starts, `-` for none.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One recorded translation unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    pub seq: u32,
+    pub name: String,
+    pub pp_bytes: u64,
+    pub pp_wire: u64,
+    pub obj_bytes: u64,
+    pub obj_wire: u64,
+    pub cpu_us: u64,
+    pub after: Vec<u32>,
+}
+
+/// A build: its description (the header's fields) and its units by seq.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    pub name: String,
+    pub about: String,
+    pub units: Vec<Unit>,
+}
+
+const HEADER: &str = "# ccroute-farm trace 1";
+const COLUMNS: &str = "seq\tunit\tpp_bytes\tpp_wire\tobj_bytes\tobj_wire\tcpu_us\tafter";
+
+impl Trace {
+    /// Reads a trace file; its name is the file's stem.
+    pub fn load(path: &Path) -> Result<Trace, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_owned();
+        Trace::parse(&name, &text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses a trace's text.
+    pub fn parse(name: &str, text: &str) -> Result<Trace, String> {
+        let mut lines = text.lines();
+        let head = lines.next().ok_or("empty trace")?;
+        let about = head.strip_prefix(HEADER).ok_or("not a ccroute-farm trace (first line)")?;
+        let about = about.trim_start_matches([' ', '|']).trim().to_owned();
+        if lines.next().map(str::trim) != Some(COLUMNS) {
+            return Err(format!("second line must be the columns: {COLUMNS}"));
+        }
+        let mut units = Vec::new();
+        for (i, line) in lines.enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split('\t').collect();
+            let bad = |what: &str| format!("line {}: {what}", i + 3);
+            if f.len() != 8 {
+                return Err(bad("expected 8 tab-separated fields"));
+            }
+            let num = |s: &str| s.parse::<u64>().map_err(|_| bad(&format!("{s:?} is not a number")));
+            let seq = u32::try_from(num(f[0])?).map_err(|_| bad("seq too large"))?;
+            if seq as usize != units.len() {
+                return Err(bad("seq must count from 0 in order"));
+            }
+            let after = if f[7] == "-" {
+                Vec::new()
+            } else {
+                f[7].split(',').map(|s| s.parse::<u32>().map_err(|_| bad("bad after"))).collect::<Result<_, _>>()?
+            };
+            if after.iter().any(|&a| a >= seq) {
+                return Err(bad("a unit may only wait for earlier units"));
+            }
+            let unit = Unit {
+                seq,
+                name: f[1].to_owned(),
+                pp_bytes: num(f[2])?,
+                pp_wire: num(f[3])?,
+                obj_bytes: num(f[4])?,
+                obj_wire: num(f[5])?,
+                cpu_us: num(f[6])?,
+                after,
+            };
+            if unit.pp_wire > unit.pp_bytes || unit.obj_wire > unit.obj_bytes {
+                return Err(bad("a wire size exceeds its raw size"));
+            }
+            units.push(unit);
+        }
+        if units.is_empty() {
+            return Err("no units".into());
+        }
+        Ok(Trace { name: name.to_owned(), about, units })
+    }
+
+    /// The trace's text.
+    pub fn render(&self) -> String {
+        let mut out = format!("{HEADER} | {}\n{COLUMNS}\n", self.about);
+        for u in &self.units {
+            let after = if u.after.is_empty() {
+                "-".to_owned()
+            } else {
+                u.after.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            };
+            let _ = writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                u.seq, u.name, u.pp_bytes, u.pp_wire, u.obj_bytes, u.obj_wire, u.cpu_us, after
+            );
+        }
+        out
+    }
+
+    /// Total recorded compile time, microseconds.
+    pub fn work_us(&self) -> u64 {
+        self.units.iter().map(|u| u.cpu_us).sum()
+    }
+
+    /// The longest chain of waits, microseconds (the longest unit when none wait).
+    pub fn critical_path_us(&self) -> u64 {
+        let mut finish = vec![0u64; self.units.len()];
+        for u in &self.units {
+            let start = u.after.iter().map(|&a| finish[a as usize]).max().unwrap_or(0);
+            finish[u.seq as usize] = start + u.cpu_us;
+        }
+        finish.into_iter().max().unwrap_or(0)
+    }
+
+    /// A project of `n` units drawn from the units of `from` (uniformly over
+    /// all their units, with replacement, by a fixed seed), in random order,
+    /// without dependencies: a large build whose units are distributed as
+    /// the recorded ones are.
+    pub fn generate(n: usize, from: &[Trace], seed: u64) -> Trace {
+        let pool: Vec<&Unit> = from.iter().flat_map(|t| &t.units).collect();
+        let mut rng = Rng(seed.max(1));
+        let units = (0..n)
+            .map(|i| {
+                let u = pool[(rng.next() % pool.len() as u64) as usize];
+                Unit { seq: i as u32, name: format!("gen/{i:05}/{}", u.name), after: Vec::new(), ..u.clone() }
+            })
+            .collect();
+        let names: Vec<&str> = from.iter().map(|t| t.name.as_str()).collect();
+        Trace {
+            name: format!("generated-{n}"),
+            about: format!(
+                "{n} units drawn with replacement from the recorded units of {} (seed {seed})",
+                names.join(", ")
+            ),
+            units,
+        }
+    }
+}
+
+/// xorshift64*: the generator's draws, the same on every machine.
+#[derive(Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(dead_code)] // used by the tests, which only the test harness build runs
+    fn unit(seq: u32, cpu_us: u64, after: Vec<u32>) -> Unit {
+        Unit { seq, name: format!("u{seq}.c"), pp_bytes: 10, pp_wire: 5, obj_bytes: 8, obj_wire: 4, cpu_us, after }
+    }
+
+    #[test]
+    fn round_trips_and_computes_bounds() {
+        let t = Trace {
+            name: "t".into(),
+            about: "a test".into(),
+            units: vec![unit(0, 5, vec![]), unit(1, 7, vec![]), unit(2, 3, vec![0, 1])],
+        };
+        let back = Trace::parse("t", &t.render()).expect("parses");
+        assert_eq!(back, t);
+        assert_eq!(t.work_us(), 15);
+        assert_eq!(t.critical_path_us(), 10);
+        let g = Trace::generate(1000, &[t.clone()], 7);
+        assert_eq!(g.units.len(), 1000);
+        assert!(g.units.iter().all(|u| [5, 7, 3].contains(&u.cpu_us) && u.after.is_empty()));
+        assert_eq!(g, Trace::generate(1000, &[t], 7), "the same seed draws the same project");
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_trace() {
+        assert!(Trace::parse("x", "").is_err());
+        assert!(Trace::parse("x", "# ccroute-farm trace 1 | x\nseq\n").is_err());
+        let forward = format!("{HEADER} | x\n{COLUMNS}\n0\ta.c\t1\t1\t1\t1\t1\t1\n");
+        assert!(Trace::parse("x", &forward).unwrap_err().contains("earlier"));
+        let wide = format!("{HEADER} | x\n{COLUMNS}\n0\ta.c\t1\t2\t1\t1\t1\t-\n");
+        assert!(Trace::parse("x", &wide).is_err());
+    }
+}
