@@ -171,7 +171,6 @@ impl Net {
     }
 
     /// Drops `permille`/1000 of the host's packets each way (0 removes the rule).
-    #[allow(dead_code)] // the faults issue's partitions stand on it; the smoke checks it works
     pub fn set_loss(&self, host: usize, permille: u32) -> Result<(), String> {
         let ns = &self.hosts[host];
         let _ = run("ip", &["netns", "exec", ns, "nft", "delete", "table", "inet", "farm"]);

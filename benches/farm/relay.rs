@@ -98,14 +98,25 @@ pub fn run(listen_ip: std::net::IpAddr, upstream: SocketAddr, specs: &[LinkSpec]
     let counters = Arc::new(Counters::default());
     let links = start(listen_ip, upstream, specs, counters.clone())?;
     println!("relay ready: {} links, adds {added_p50} µs p50 / {added_p99} µs p99 per round trip", links);
-    // The harness closes stdin (or dies): the relay goes.
-    let _ = io::copy(&mut io::stdin(), &mut io::sink());
-    eprintln!(
-        "relay: forwarded {} datagrams, dropped {}",
-        counters.forwarded.load(Ordering::Relaxed),
-        counters.dropped.load(Ordering::Relaxed)
-    );
-    Ok(())
+    // The harness closes stdin (or dies): the relay goes. Until then its
+    // counters every two seconds, when they moved.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = io::copy(&mut io::stdin(), &mut io::sink());
+        let _ = tx.send(());
+    });
+    let mut last = (0, 0);
+    loop {
+        let closed = rx.recv_timeout(Duration::from_secs(2)).is_ok();
+        let now = (counters.forwarded.load(Ordering::Relaxed), counters.dropped.load(Ordering::Relaxed));
+        if now != last || closed {
+            eprintln!("relay: forwarded {} datagrams, dropped {} (socket buffers full)", now.0, now.1);
+            last = now;
+        }
+        if closed {
+            return Ok(());
+        }
+    }
 }
 
 /// Binds every link and starts the two threads; returns the links started.
@@ -120,6 +131,8 @@ pub fn start(
     for spec in specs {
         let down = UdpSocket::bind(SocketAddr::new(listen_ip, spec.port))?;
         let up = UdpSocket::bind(SocketAddr::new(upstream.ip(), 0))?;
+        big_buffers(&down);
+        big_buffers(&up);
         up.connect(upstream)?;
         links.push(Link { spec: *spec, down, up, peer: Mutex::new(None), last: [Mutex::new(now), Mutex::new(now)] });
     }
@@ -231,6 +244,29 @@ fn send_loop(links: &[Link], queue: &Queue, counters: &Counters) {
                 };
                 heap = lock(&queue.heap);
             }
+        }
+    }
+}
+
+/// 8 MiB socket buffers each way (`SO_*BUFFORCE`: the relay runs as root),
+/// so that bursts queue rather than drop.
+#[allow(unsafe_code)]
+fn big_buffers(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let size: libc::c_int = 8 << 20;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+        // SAFETY: a valid socket and a pointer to a c_int of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                std::ptr::from_ref(&size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            eprintln!("relay: cannot enlarge a socket buffer: {}", io::Error::last_os_error());
         }
     }
 }

@@ -25,6 +25,10 @@ pub struct Build {
     pub hold_bad: usize,
     /// Submission to start on an agent, ns, of remote units.
     pub dispatch_ns: Vec<u64>,
+    /// The same, of units whose compressed text travels inline (≤ 64 KiB,
+    /// on the control stream) and of those sent on a stream of their own.
+    pub dispatch_inline_ns: Vec<u64>,
+    pub dispatch_stream_ns: Vec<u64>,
     /// From its start to its last answer, farm seconds (÷ dilation).
     pub makespan_s: f64,
     pub start_ns: u64,
@@ -32,6 +36,9 @@ pub struct Build {
     pub work_us: u64,
     pub longest_us: u64,
     pub critical_us: u64,
+    /// Σ of the units' compressed texts and objects, bytes.
+    pub text_wire: u64,
+    pub object_wire: u64,
     pub local_reasons: Vec<String>,
 }
 
@@ -50,12 +57,16 @@ impl Build {
             expected_us: trace.units.iter().map(|u| (u.cpu_us as f64 * dilate).round() as u64).sum(),
             hold_bad: 0,
             dispatch_ns: Vec::new(),
+            dispatch_inline_ns: Vec::new(),
+            dispatch_stream_ns: Vec::new(),
             makespan_s: 0.0,
             start_ns,
             end_ns: start_ns,
             work_us: trace.work_us(),
             longest_us: trace.units.iter().map(|u| u.cpu_us).max().unwrap_or(0),
             critical_us: trace.critical_path_us(),
+            text_wire: trace.units.iter().map(|u| u.pp_wire).sum(),
+            object_wire: trace.units.iter().map(|u| u.obj_wire).sum(),
             local_reasons: Vec::new(),
         };
         for a in answers {
@@ -72,7 +83,14 @@ impl Build {
             }
             if a.how == "remote" {
                 b.remote += 1;
-                b.dispatch_ns.push(a.started_ns.saturating_sub(a.submitted_ns));
+                let d = a.started_ns.saturating_sub(a.submitted_ns);
+                b.dispatch_ns.push(d);
+                let inline = trace.units.get(a.seq as usize).is_some_and(|u| u.pp_wire <= 64 << 10);
+                if inline {
+                    b.dispatch_inline_ns.push(d)
+                } else {
+                    b.dispatch_stream_ns.push(d)
+                }
                 let want = a.asked_us as f64 * 1000.0 / a.speed_milli.max(1) as f64;
                 if (a.held_us as f64 - want).abs() > 2.0 {
                     b.hold_bad += 1;
@@ -87,6 +105,8 @@ impl Build {
             }
         }
         b.dispatch_ns.sort_unstable();
+        b.dispatch_inline_ns.sort_unstable();
+        b.dispatch_stream_ns.sort_unstable();
         b.makespan_s = (b.end_ns - b.start_ns) as f64 / 1e9 / dilate;
         b
     }
@@ -145,6 +165,12 @@ impl Figures {
             let later: f64 =
                 builds.iter().zip(&offsets).filter(|(_, o)| **o >= offsets[k]).map(|(b, _)| b.work_us as f64).sum();
             bound_s = bound_s.max(offsets[k] + later / 1e6 / capacity);
+            // Every text goes up the build's link and every object comes
+            // down it: neither direction faster than the link's rate.
+            if s.rate_bps > 0 {
+                let bytes = b.text_wire.max(b.object_wire) as f64;
+                bound_s = bound_s.max(offsets[k] + bytes * 8.0 / s.rate_bps as f64);
+            }
         }
         let start = builds.iter().map(|b| b.start_ns).min().unwrap_or(0);
         let end = builds.iter().map(|b| b.end_ns).max().unwrap_or(0);
@@ -304,7 +330,8 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
          - **makespan**: from a build's start to its last answer (for `shared`, from the first start to the last answer),\n  \
            in farm seconds: wall seconds ÷ the dilation.\n\
          - **lower bound**: the most of total recorded work ÷ capacity (Σ tokens × speed), the longest unit on the fastest\n  \
-           host, and the longest chain of dependencies; for `shared`, the same from each build's start on. **ratio** =\n  \
+           host, the longest chain of dependencies, and the build's compressed texts (or objects) over its link's rate;
+             for `shared`, the same from each build's start on. **ratio** =\n  \
            makespan ÷ bound (1.00 is the fastest any placement could do).\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \
            over every remote unit, in wall milliseconds as measured; it includes the payload's transfer. **p99 − RTT**\n  \
@@ -319,13 +346,19 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
     md.push_str("## Each run\n\n");
     for r in rows {
         let (s, f) = (&r.scenario, &r.figures);
+        let gather = |pick: fn(&Build) -> &Vec<u64>| {
+            let mut v: Vec<u64> = f.builds.iter().flat_map(|b| pick(b).iter().copied()).collect();
+            v.sort_unstable();
+            v
+        };
+        let (inline, stream) = (gather(|b| &b.dispatch_inline_ns), gather(|b| &b.dispatch_stream_ns));
         let traces: Vec<String> =
             s.builds.iter().map(|(t, o)| format!("{} ({} units, from {o} s)", t.about, t.units.len())).collect();
         let _ = writeln!(
             md,
             "- **{}**: {}. Scheduler RSS {:.1} MiB idle, {:.1} KiB more per connected agent, {:.1} MiB at peak; \
              {} results from agents, {} requeued, {} sent back; relay adds {} µs p50 / {} µs p99 per round trip and \
-             used {:.2} CPU s ({:.2} ms per unit); the scheduler used {:.2} CPU s.{}",
+             used {:.2} CPU s ({:.2} ms per unit); the scheduler used {:.2} CPU s. Dispatch p50 / p99 of the {} units              whose compressed text travels inline (≤ 64 KiB): {:.1} / {:.1} ms; of the {} sent on a stream of their own:              {:.1} / {:.1} ms.{}",
             s.name,
             traces.join("; "),
             f.machine.rss_idle as f64 / 1048576.0,
@@ -339,6 +372,12 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
             f.machine.relay_cpu_s,
             f.machine.relay_cpu_s * 1000.0 / f.units.max(1) as f64,
             f.machine.sched_cpu_s,
+            inline.len(),
+            quantile(&inline, 0.5) as f64 / 1e6,
+            quantile(&inline, 0.99) as f64 / 1e6,
+            stream.len(),
+            quantile(&stream, 0.5) as f64 / 1e6,
+            quantile(&stream, 0.99) as f64 / 1e6,
             if r.alone.is_empty() { String::new() } else { format!(" Alone: {:.2} s.", r.alone[0]) },
         );
     }

@@ -167,13 +167,7 @@ fn job(micros: u64, seq: u64) -> RemoteJob {
         compiler: "/usr/bin/ccroute-test".into(),
         toolchain: Arc::new(test_toolchain()),
         package: None,
-        spec: TaskSpec {
-            args: vec![arg.to_arg(), "-c".into(), "u.c".into()],
-            input_path: "u.c".into(),
-            cwd: None,
-            env: vec![],
-            inputs: None,
-        },
+        spec: TaskSpec { args: vec![arg.to_arg()], input_path: "u.c".into(), cwd: None, env: vec![], inputs: None },
         text: Bytes::from(format!("{seq:064}")),
         cacheable: false,
         inputs: None,
@@ -271,6 +265,9 @@ async fn phases(
         }
     }
     while drivers.join_next().await.is_some() {}
+    if done.load(Ordering::Relaxed) == 0 {
+        return Err("scale: no unit came back from an agent".into());
+    }
     let took = started.elapsed().as_secs_f64();
     r.sched_cpu_s = cpu_seconds(pid) - cpu_before;
     r.harness_cpu_s = crate::cpu_seconds(std::process::id()) - harness_before;

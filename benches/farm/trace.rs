@@ -199,7 +199,7 @@ mod tests {
         assert_eq!(back, t);
         assert_eq!(t.work_us(), 15);
         assert_eq!(t.critical_path_us(), 10);
-        let g = Trace::generate(1000, &[t.clone()], 7);
+        let g = Trace::generate(1000, std::slice::from_ref(&t), 7);
         assert_eq!(g.units.len(), 1000);
         assert!(g.units.iter().all(|u| [5, 7, 3].contains(&u.cpu_us) && u.after.is_empty()));
         assert_eq!(g, Trace::generate(1000, &[t], 7), "the same seed draws the same project");

@@ -392,6 +392,14 @@ pub fn scheduler_addr(flag: Option<&String>, file: &FileConfig) -> Result<Socket
     parse_addr(&value)
 }
 
+/// A finite number above 0.
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number above 0")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,13 +425,5 @@ mod tests {
     fn a_missing_scheduler_says_where_to_set_it() {
         let e = scheduler_addr(None, &FileConfig::default()).unwrap_err().to_string();
         assert!(e.contains("--scheduler") && e.contains("CCROUTE_SCHEDULER"), "{e}");
-    }
-}
-
-/// A finite number above 0.
-fn positive_f64(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number above 0")),
     }
 }
