@@ -330,8 +330,8 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
          - **makespan**: from a build's start to its last answer (for `shared`, from the first start to the last answer),\n  \
            in farm seconds: wall seconds ÷ the dilation.\n\
          - **lower bound**: the most of total recorded work ÷ capacity (Σ tokens × speed), the longest unit on the fastest\n  \
-           host, the longest chain of dependencies, and the build's compressed texts (or objects) over its link's rate;
-             for `shared`, the same from each build's start on. **ratio** =\n  \
+           host, the longest chain of dependencies, and the build's compressed texts (or objects) over its link's rate;\n  \
+           for `shared`, the same from each build's start on. **ratio** =\n  \
            makespan ÷ bound (1.00 is the fastest any placement could do).\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \
            over every remote unit, in wall milliseconds as measured; it includes the payload's transfer. **p99 − RTT**\n  \
@@ -352,13 +352,24 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
             v
         };
         let (inline, stream) = (gather(|b| &b.dispatch_inline_ns), gather(|b| &b.dispatch_stream_ns));
-        let traces: Vec<String> =
-            s.builds.iter().map(|(t, o)| format!("{} ({} units, from {o} s)", t.about, t.units.len())).collect();
+        let first = &s.builds[0].0;
+        let traces: Vec<String> = if s.builds.len() > 1 && s.builds.iter().all(|(t, _)| t == first) {
+            let starts: Vec<String> = s.builds.iter().map(|(_, o)| format!("{o}")).collect();
+            vec![format!(
+                "{} builds of {} ({} units each), started at {} s",
+                s.builds.len(),
+                first.about,
+                first.units.len(),
+                starts.join(", ")
+            )]
+        } else {
+            s.builds.iter().map(|(t, o)| format!("{} ({} units, from {o} s)", t.about, t.units.len())).collect()
+        };
         let _ = writeln!(
             md,
             "- **{}**: {}. Scheduler RSS {:.1} MiB idle, {:.1} KiB more per connected agent, {:.1} MiB at peak; \
              {} results from agents, {} requeued, {} sent back; relay adds {} µs p50 / {} µs p99 per round trip and \
-             used {:.2} CPU s ({:.2} ms per unit); the scheduler used {:.2} CPU s. Dispatch p50 / p99 of the {} units              whose compressed text travels inline (≤ 64 KiB): {:.1} / {:.1} ms; of the {} sent on a stream of their own:              {:.1} / {:.1} ms.{}",
+             used {:.2} CPU s ({:.2} ms per unit); the scheduler used {:.2} CPU s. Dispatch p50 / p99 of the {} units whose compressed text travels inline (≤ 64 KiB): {:.1} / {:.1} ms; of the {} sent on a stream of their own: {:.1} / {:.1} ms.{}",
             s.name,
             traces.join("; "),
             f.machine.rss_idle as f64 / 1048576.0,
