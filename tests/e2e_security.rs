@@ -142,8 +142,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
 }
 
 /// A peer whose certificate comes from another cluster's CA, or that claims
-/// a role its certificate was not issued for, never joins — and the
-/// scheduler's log says why.
+/// a role its certificate was not issued for, never joins — the scheduler's
+/// log says why, and the agent says once that it never will and exits.
 #[test]
 fn peers_with_a_foreign_or_wrong_role_certificate_are_refused() {
     let mut c = Cluster::new();
@@ -194,10 +194,57 @@ fn peers_with_a_foreign_or_wrong_role_certificate_are_refused() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(c.status()["agents"].as_array().unwrap().len(), 0, "a refused agent joined");
-    for p in [&mut a, &mut b] {
-        let _ = p.kill();
-        let _ = p.wait();
+    // A refusal no retry can change is said once, and the agent exits with an
+    // error instead of knocking again.
+    let mut kept_running = Vec::new();
+    for (p, log) in [(&mut a, "foreign.log"), (&mut b, "wrong-role.log")] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = p.try_wait().unwrap() {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = p.kill();
+                let _ = p.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let text = std::fs::read_to_string(c.dir.path().join(log)).unwrap();
+        let Some(status) = status else {
+            kept_running.push(format!("{log}:\n{text}"));
+            continue;
+        };
+        assert!(!status.success(), "a refused agent exited 0:\n{text}");
+        assert_eq!(text.matches("will never admit this agent").count(), 1, "{text}");
+        assert!(text.contains("then start it again"), "no word of what to do:\n{text}");
+        assert!(!text.contains("retrying"), "a refused agent retried:\n{text}");
     }
+    assert!(kept_running.is_empty(), "refused agents kept running:\n{}", kept_running.join("\n"));
+    // A consumerd so refused says so once and compiles locally without
+    // knocking again (it stays up: its wrappers need it).
+    let mut d = c
+        .command(ccroute())
+        .args(["consumerd", "--scheduler", &addr, "--idle-exit", "0", "--socket"])
+        .arg(c.dir.path().join("foreign-consumerd.sock"))
+        .env("CCROUTE_TLS_DIR", &foreign)
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(c.dir.path().join("foreign-consumerd.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(c.dir.path().join("foreign-consumerd.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !read().contains("will never admit this consumerd") {
+        assert!(Instant::now() < deadline, "the consumerd never said why:\n{}", read());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its reconnect backoff starts at 0.5 s: three seconds would show retries.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(d.try_wait().unwrap().is_none(), "the refused consumerd exited:\n{}", read());
+    let text = read();
+    assert_eq!(text.matches("tls handshake failed").count(), 1, "the refused consumerd knocked again:\n{text}");
+    let _ = d.kill();
+    let _ = d.wait();
     // The scheduler serves a proper peer all the while.
     c.start_agent(&["--test-toolchain", "--no-discover"]);
     c.wait_ready(1);

@@ -102,6 +102,16 @@ pub enum AgentError {
     /// The scratch root could not be made.
     #[error(transparent)]
     Executor(#[from] ExecutorError),
+    /// The scheduler will never admit this agent as it is configured.
+    #[error("the scheduler at {scheduler} will never admit this agent: {error}; {what_to_do}")]
+    Refused {
+        /// The scheduler.
+        scheduler: SocketAddr,
+        /// Its refusal, or the TLS failure.
+        error: String,
+        /// What the operator must change.
+        what_to_do: &'static str,
+    },
     /// Nothing to offer.
     #[error(
         "no compiler found to offer (looked in PATH and --compiler) and no shipped toolchains can run here; \
@@ -148,6 +158,10 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
                 }
             }
             Err(e) => {
+                // No retry can change a certificate or a version: say so once and stop.
+                if let Some(what_to_do) = e.final_refusal() {
+                    return Err(AgentError::Refused { scheduler: config.scheduler, error: e.to_string(), what_to_do });
+                }
                 let text = e.to_string();
                 if last_error.as_deref() != Some(text.as_str()) {
                     tracing::warn!(scheduler = %config.scheduler, error = %text, "cannot reach the scheduler; retrying");

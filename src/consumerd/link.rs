@@ -368,6 +368,17 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 }
             }
             Err(e) => {
+                // No retry can change a certificate or a version: say so once,
+                // compile everything here, and stop asking.
+                if let Some(what_to_do) = e.final_refusal() {
+                    tracing::error!(
+                        scheduler = %config.scheduler,
+                        error = %e,
+                        "the scheduler will never admit this consumerd; compiling everything locally until it is restarted: {what_to_do}"
+                    );
+                    shutdown.cancelled().await;
+                    return;
+                }
                 let text = e.to_string();
                 if last_error.as_deref() != Some(text.as_str()) {
                     tracing::warn!(scheduler = %config.scheduler, error = %text, "cannot reach the scheduler; compiling locally");

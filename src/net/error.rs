@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ccroute_wire::{DecodeError, Refusal};
+use ccroute_wire::{DecodeError, Refusal, RefusalKind};
 use quinn::{ConnectionError, VarInt};
 use thiserror::Error;
 
@@ -149,6 +149,30 @@ pub enum NetError {
 }
 
 impl NetError {
+    /// What to do about a refusal that no retry can change (this peer's
+    /// certificate is not one the scheduler's cluster accepts, or the
+    /// versions cannot talk); `None` for anything a retry may fix.
+    pub fn final_refusal(&self) -> Option<&'static str> {
+        match self {
+            NetError::Handshake { .. } => Some(
+                "the certificates do not belong together: give this daemon the cluster's CA and a certificate \
+                 the same CA issued for its role (`ccroute certs init` writes a set; copy ca.pem and the role's \
+                 pem and key from the scheduler's set), then start it again",
+            ),
+            NetError::Refused { refusal, .. } => match refusal.kind {
+                RefusalKind::WrongRole => Some(
+                    "this daemon's certificate is issued for another role: give it the certificate of its own \
+                     role from the cluster's set, then start it again",
+                ),
+                RefusalKind::IncompatibleVersion => {
+                    Some("upgrade the older of this daemon and the scheduler so that their versions match, then start it again")
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Maps a failed read to an error naming `peer`.
     pub(crate) fn from_read(peer: SocketAddr, err: quinn::ReadError) -> NetError {
         match err {
