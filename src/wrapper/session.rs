@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream;
 use bytes::BytesMut;
 use ccroute_wire::local::{
     encode_local_header, ConsumerdMsg, LocalDecoder, LocalFrame, WrapperMsg, CONSUMERD_LIMITS, SILENCE_LIMIT,
+    WRAPPER_LIMITS,
 };
 use ccroute_wire::DecodeError;
 
@@ -27,6 +28,17 @@ pub enum SessionError {
     /// The consumerd sent bytes that are not a message.
     #[error("bad frame from the consumerd: {0}")]
     Decode(#[from] DecodeError),
+    /// A message bigger than the consumerd takes (a command line of
+    /// megabytes, say); nothing was sent.
+    #[error("the {what} is {len} bytes, over the {max} the consumerd takes (the local protocol's limit)")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        len: u64,
+        /// The consumerd's limit.
+        max: u64,
+    },
     /// Nothing came, not even a heartbeat, for this long: the consumerd is
     /// stopped or wedged.
     #[error("the consumerd sent nothing for {0:?}")]
@@ -73,6 +85,23 @@ impl Session {
     pub fn send(&mut self, msg: &WrapperMsg, payload: &[u8]) -> Result<(), SessionError> {
         let mut header = BytesMut::with_capacity(256);
         encode_local_header(msg, &mut header);
+        // What the consumerd's decoder would refuse by closing the socket
+        // (seen here as a broken pipe) is refused here, saying what.
+        let header_len = header.len().saturating_sub(ccroute_wire::frame::LEN_PREFIX) as u64;
+        if header_len > u64::from(WRAPPER_LIMITS.max_header) {
+            let what = match msg {
+                WrapperMsg::Job(_) => "command line (with its environment and paths)",
+                _ => "message",
+            };
+            return Err(SessionError::TooLarge { what, len: header_len, max: u64::from(WRAPPER_LIMITS.max_header) });
+        }
+        if payload.len() as u64 > WRAPPER_LIMITS.max_payload {
+            return Err(SessionError::TooLarge {
+                what: "preprocessed source",
+                len: payload.len() as u64,
+                max: WRAPPER_LIMITS.max_payload,
+            });
+        }
         self.stream.write_all(&header).map_err(|e| self.io_error(e))?;
         if !payload.is_empty() {
             self.stream.write_all(payload).map_err(|e| self.io_error(e))?;
@@ -121,6 +150,56 @@ mod tests {
     use super::*;
     use bytes::BufMut;
     use ccroute_wire::local::{encode_local, CompiledHeader, CompiledParts};
+
+    /// A command the consumerd's decoder would refuse (it would close the
+    /// socket, which the wrapper saw as a broken pipe) is refused before a
+    /// byte is written, saying what and how large; a command just under the
+    /// limit goes.
+    #[test]
+    fn a_message_over_the_consumerd_limit_is_refused_here_saying_why() {
+        let job = |arg_bytes: usize| {
+            WrapperMsg::Job(ccroute_wire::local::Job {
+                version: ccroute_wire::local::LOCAL_PROTOCOL_VERSION,
+                compiler: b"/usr/bin/gcc".to_vec(),
+                spec: ccroute_wire::TaskSpec {
+                    args: vec![format!("-DLONG={}", "1".repeat(arg_bytes))],
+                    input_path: "t.c".into(),
+                    cwd: None,
+                    env: vec![],
+                    inputs: None,
+                },
+                pid: 1,
+                direct: None,
+                inputs_args: None,
+                text_refused: None,
+            })
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut s = Session::new(a);
+        let err = s.send(&job(1 << 20), b"").unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, SessionError::TooLarge { .. }), "{text}");
+        assert!(text.contains("command line") && text.contains("over the 1048576 the consumerd takes"), "{text}");
+        b.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!((&b).read(&mut byte).unwrap_err().kind(), io::ErrorKind::WouldBlock, "bytes were sent");
+        // Under the limit it is sent, and decodes on the consumerd's side.
+        let writer = std::thread::spawn(move || s.send(&job(1000 << 10), b"").map(|()| s));
+        let mut dec = LocalDecoder::<WrapperMsg>::new(WRAPPER_LIMITS);
+        let mut buf = BytesMut::new();
+        b.set_nonblocking(false).unwrap();
+        let frame = loop {
+            if let Some(f) = dec.decode(&mut buf).unwrap() {
+                break f;
+            }
+            let mut chunk = vec![0u8; 1 << 16];
+            let n = (&b).read(&mut chunk).unwrap();
+            assert!(n > 0, "closed before a whole frame");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        assert!(matches!(frame.message, WrapperMsg::Job(_)));
+        writer.join().unwrap().unwrap();
+    }
 
     #[test]
     fn a_large_compiled_frame_arrives_whole() {
