@@ -118,14 +118,19 @@ impl<J: Job> Core<J> {
             return;
         }
         for (i, hook) in core.hooks.iter().enumerate().skip(from) {
-            match hook.pre_receive(&TaskRef { core, task: &task, hook: i }) {
+            let handle = TaskRef { core, task: &task, hook: i, took: AtomicBool::new(false) };
+            match hook.pre_receive(&handle) {
                 HookAction::ProcessRequestNormally => {}
                 HookAction::RejectRequest(why) => {
                     core.end_queued(&task, RetryReason::Rejected(why));
                     return;
                 }
                 HookAction::RequestIntercepted => {
-                    if task.state().phase != Phase::Queued {
+                    // The hook took it: it is the hook's, whatever phase it is
+                    // in by now (its background work may already have let it
+                    // go and placed it, or answered it). Relaxed: set and read
+                    // on this thread, within the call above.
+                    if handle.took.load(Ordering::Relaxed) || task.state().phase != Phase::Queued {
                         return;
                     }
                     // The hook said it intercepted but did not take the task:
@@ -233,6 +238,8 @@ pub struct TaskRef<'a, J: Job> {
     pub(crate) core: &'a Arc<Core<J>>,
     pub(crate) task: &'a Arc<Task<J>>,
     pub(crate) hook: usize,
+    /// Set when [`TaskRef::intercept`] took the task during this call.
+    pub(crate) took: AtomicBool,
 }
 
 impl<J: Job> std::fmt::Debug for TaskRef<'_, J> {
@@ -264,6 +271,7 @@ impl<J: Job> TaskRef<'_, J> {
         if s.phase != Phase::Queued || !self.task.transition(s, State::held(s.attempt)) {
             return None;
         }
+        self.took.store(true, Ordering::Relaxed);
         Some(Interception { core: self.core.clone(), task: Some(self.task.clone()), next_hook: self.hook + 1 })
     }
 }

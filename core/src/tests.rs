@@ -446,6 +446,12 @@ impl Hook<TestJob> for Recorder {
                 HookAction::RequestIntercepted
             }
             "lie" => HookAction::RequestIntercepted,
+            // A background lookup that misses and lets the task go before
+            // this call returns (the cache hook under load).
+            "resume-first" => {
+                task.intercept().unwrap().proceed();
+                HookAction::RequestIntercepted
+            }
             _ => HookAction::ProcessRequestNormally,
         }
     }
@@ -489,6 +495,32 @@ fn hooks_reject_intercept_and_release_tasks() {
     let bodies: HashSet<u64> = body_of(&mut agent).iter().map(|x| x.1).collect();
     assert_eq!(bodies, HashSet::from([3, 4]), "proceed and drop both route the task");
     assert_eq!(rec.ends.load(std::sync::atomic::Ordering::SeqCst), 3, "reject, answer, cancel so far");
+}
+
+/// A hook whose background work resumes the task before `pre_receive`
+/// returns: the task is placed once, by the resume — not a second time by a
+/// run of the hooks that took the phase it saw for a lying hook's.
+#[test]
+fn a_task_resumed_before_its_hook_returns_is_placed_once() {
+    let rec =
+        Arc::new(Recorder { mode: Mutex::new(HashMap::new()), held: Mutex::new(vec![]), ends: AtomicUsize::new(0) });
+    rec.mode.lock().unwrap().insert(7, "resume-first");
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec]);
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    // The agent's one token busy: the resumed task waits in the queue.
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    let first = assigned(&mut agent);
+    assert_eq!(first.len(), 1);
+    cd.submit(2, tc("gcc").key(), 7).unwrap();
+    assert_eq!(s.routes()[0].queued, 1, "queued once");
+    agent.complete(first[0], true).unwrap();
+    let next = body_of(&mut agent);
+    assert_eq!(next.iter().map(|x| x.1).collect::<Vec<_>>(), vec![7]);
+    agent.complete(next[0].0, true).unwrap();
+    assert!(body_of(&mut agent).is_empty(), "placed twice");
+    assert_eq!(s.routes()[0].queued, 0, "the queue count drifted");
+    assert_eq!(answers(&mut cd).len(), 2);
 }
 
 #[test]
