@@ -287,6 +287,50 @@ fn past_the_payload_budget_tasks_go_back_to_run_locally() {
     assert_eq!(s["payload_bytes"], 0, "every reservation came back: {s}");
 }
 
+/// A peer that declares a payload and stops sending it holds its budget
+/// only until the payload's deadline: then the bytes come back, its task is
+/// answered "run it locally" saying why, and the scheduler goes on.
+#[test]
+fn a_payload_that_stops_arriving_gives_its_budget_back_at_its_deadline() {
+    use ccroute_wire::{RetryAction, RetryReason};
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover"]);
+    c.wait_ready(1);
+    let declared = 2u64 << 20;
+    let allowed = net::payload_deadline(declared);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        let t0 = Instant::now();
+        let _stalled = cd.send_stalling(1, &spec(0), declared).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.status()["payload_bytes"] != declared {
+            assert!(Instant::now() < deadline, "the stalled payload's budget was never reserved");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (h, _) = cd.result().await;
+        let waited = t0.elapsed();
+        match &h.outcome {
+            Outcome::Retry(RetryAction::RunLocally, RetryReason::Rejected(why)) => {
+                assert!(why.contains("stopped arriving"), "{why}")
+            }
+            other => panic!("the stalled task was answered {other:?}"),
+        }
+        assert_eq!(h.task_id, 1);
+        assert!(waited >= allowed, "answered after {waited:?}, before its deadline of {allowed:?}");
+        assert!(waited < allowed + Duration::from_secs(10), "answered only after {waited:?}");
+        assert_eq!(c.status()["payload_bytes"], 0, "the stalled payload's budget did not come back");
+        // The same connection goes on: an honest task compiles.
+        let small = b"int s(void) { return 0; }\n".to_vec();
+        cd.send(2, &spec(0), &small, None).await;
+        let (h, object) = cd.result().await;
+        assert_eq!(h.outcome, Outcome::Success);
+        assert_eq!(object, ccroute::agent::executor::test_object(&small));
+    });
+}
+
 /// A consumerd that disappears cancels its tasks on the agents: the agent
 /// stops the compile and its token comes back long before the compile
 /// would have ended.

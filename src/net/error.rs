@@ -109,6 +109,21 @@ pub enum NetError {
         /// The other side.
         peer: SocketAddr,
     },
+    /// A payload on a stream of its own stopped arriving: not all of its
+    /// `len` bytes came within `after` ([`crate::net::payload_deadline`]).
+    /// Its budget is given back; the frame's header is here so that its
+    /// task can be answered.
+    #[error("the {len}-byte payload of a {} from {peer} did not arrive within {after:?}", message.name())]
+    PayloadStalled {
+        /// The other side.
+        peer: SocketAddr,
+        /// The frame's header.
+        message: Box<ccroute_wire::Message>,
+        /// The payload's declared size.
+        len: u64,
+        /// How long it was given.
+        after: Duration,
+    },
     /// Something did not arrive in time.
     #[error("no {what} from {peer} within {after:?}")]
     Timeout {

@@ -17,6 +17,7 @@
 use std::fmt;
 use std::mem;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ccroute_wire::{encode_header, Frame, FrameDecoder, Limits, Message};
@@ -408,6 +409,17 @@ fn check_payload(peer: SocketAddr, message: &Message, payload: &Bytes) -> Result
     })
 }
 
+/// The least time a payload on a stream of its own is given to arrive.
+pub const PAYLOAD_DEADLINE_FLOOR: Duration = Duration::from_secs(10);
+/// The slowest rate a payload may arrive at, bytes per second, past the floor.
+pub const PAYLOAD_MIN_RATE: u64 = 1 << 20;
+
+/// How long a payload of `len` bytes on a stream of its own may take: the
+/// floor, plus its size at the slowest rate accepted (a 60 MiB source: 70 s).
+pub fn payload_deadline(len: u64) -> Duration {
+    PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(len / PAYLOAD_MIN_RATE)
+}
+
 /// Sends one frame on a new uni stream and finishes it: for a payload larger
 /// than [`INLINE_PAYLOAD_MAX`]. Returns once quinn has taken all the bytes
 /// (flow control permitting), not when the peer has them.
@@ -586,7 +598,18 @@ async fn read_gated_frame<T>(
             Ok(Gated { message, payload: None, token })
         }
         Admission::Read(token) => {
-            let payload = reader.payload().await?;
+            // A peer that declares a payload and stops sending it must not
+            // hold the budget reserved for it for as long as it stays connected.
+            let len = message.payload_len();
+            let after = payload_deadline(len);
+            let payload = match tokio::time::timeout(after, reader.payload()).await {
+                Ok(read) => read?,
+                Err(_) => {
+                    reader.stop(CloseReason::ProtocolError);
+                    drop(token);
+                    return Err(NetError::PayloadStalled { peer, message: Box::new(message), len, after });
+                }
+            };
             match reader.next_header().await? {
                 None => Ok(Gated { message, payload: Some(payload), token }),
                 Some(extra) => {

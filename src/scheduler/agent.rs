@@ -69,6 +69,21 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             event = rx.recv() => match event {
                 None => break Ok(()),
                 Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
+                // A result whose object stopped arriving: the agent's failure
+                // for that task, which its consumerd then compiles itself.
+                Some(Inbound::Stalled(e)) => {
+                    if let NetError::PayloadStalled { message, after, .. } = *e {
+                        if let Message::TaskResult(r) = *message {
+                            state.shipping.inputs_ended(node, r.task_id);
+                            let why = format!("its object stopped arriving from the agent (not whole within {after:?})");
+                            let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
+                            let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
+                            if let Err(why) = on_frame(&mut session, frame, Ticket::Plain) {
+                                break Err(why);
+                            }
+                        }
+                    }
+                }
                 Some(Inbound::Frame { message, payload, ticket }) => {
                     let frame = Frame { message, payload: payload.unwrap_or_default() };
                     if let Message::TaskResult(r) = &frame.message {

@@ -112,6 +112,17 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                         break Err(why);
                     }
                 }
+                Some(Inbound::Stalled(e)) => {
+                    if let NetError::PayloadStalled { message, after, .. } = *e {
+                        if let Message::Task(t) = *message {
+                            let why = format!("its source stopped arriving at the scheduler (not whole within {after:?})");
+                            let h = run_locally(t.task_id, RetryReason::Rejected(why));
+                            if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
+                                break Ok(());
+                            }
+                        }
+                    }
+                }
                 Some(Inbound::Frame { message, payload: None, .. }) => {
                     if let Message::Task(t) = message {
                         if over_budget(&state, &writer, t.task_id).await.is_err() {

@@ -34,6 +34,9 @@ pub(crate) enum Ticket {
 pub(crate) enum Inbound {
     /// A frame; `payload` is `None` when the gate skipped it.
     Frame { message: Message, payload: Option<Bytes>, ticket: Ticket },
+    /// A frame whose payload stopped arriving (its budget given back): its
+    /// task is answered without it.
+    Stalled(Box<NetError>),
     /// A stream or the connection failed.
     Failed(Box<NetError>),
 }
@@ -72,6 +75,10 @@ where
             let event = match next {
                 Ok(g) => Inbound::Frame { message: g.message, payload: g.payload, ticket: g.token },
                 Err(e @ NetError::ConnectionLost { .. }) => Inbound::Failed(Box::new(e)),
+                Err(e @ NetError::PayloadStalled { .. }) => {
+                    tracing::warn!(error = %e, "a payload stopped arriving; its task is answered without it");
+                    Inbound::Stalled(Box::new(e))
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "bad payload stream");
                     continue;

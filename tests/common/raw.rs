@@ -98,6 +98,32 @@ impl RawConsumerd {
         }
     }
 
+    /// Sends a task declaring a `declared`-byte payload on a stream of its
+    /// own, then only its first KiB: a stalling peer. The stream stays open
+    /// for as long as the returned handle lives.
+    #[allow(dead_code)] // not every test file that includes this module stalls
+    pub async fn send_stalling(&self, id: u64, spec: &TaskSpec, declared: u64) -> quinn::SendStream {
+        let info = ccroute_wire::PayloadInfo {
+            len: declared,
+            raw_len: declared,
+            compression: ccroute_wire::Compression::None,
+        };
+        let header = TaskHeader {
+            task_id: id,
+            toolchain: test_toolchain().key(),
+            cache_key: None,
+            spec: codec::encode_spec(spec),
+            payload: info,
+            inputs: false,
+        };
+        let mut bytes = bytes::BytesMut::new();
+        ccroute_wire::encode_header(&Message::Task(header), &mut bytes);
+        bytes.extend_from_slice(&[7u8; 1024]);
+        let mut send = self.conn.open_uni().await.unwrap();
+        send.write_all(&bytes).await.unwrap();
+        send
+    }
+
     /// The next result, with its object decompressed.
     pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
         loop {
