@@ -87,6 +87,8 @@ struct Link {
     down: UdpSocket,
     /// Faces the scheduler.
     up: UdpSocket,
+    /// The scheduler's address (what `up` is connected to).
+    upstream: SocketAddr,
     peer: Mutex<Option<SocketAddr>>,
     /// Last due time per direction (down→up, up→down): no reordering.
     last: [Mutex<Instant>; 2],
@@ -134,7 +136,14 @@ pub fn start(
         big_buffers(&down);
         big_buffers(&up);
         up.connect(upstream)?;
-        links.push(Link { spec: *spec, down, up, peer: Mutex::new(None), last: [Mutex::new(now), Mutex::new(now)] });
+        links.push(Link {
+            spec: *spec,
+            down,
+            up,
+            upstream,
+            peer: Mutex::new(None),
+            last: [Mutex::new(now), Mutex::new(now)],
+        });
     }
     let mut poll = Poll::new()?;
     for (i, l) in links.iter_mut().enumerate() {
@@ -176,7 +185,7 @@ fn recv_loop(poll: &mut Poll, links: &[Link], queue: &Queue) -> io::Result<()> {
                 let got = if from_host {
                     link.down.recv_from(&mut buf)
                 } else {
-                    link.up.recv(&mut buf).map(|n| (n, upstream_of(link)))
+                    link.up.recv(&mut buf).map(|n| (n, link.upstream))
                 };
                 let (len, from) = match got {
                     Ok(x) => x,
@@ -186,7 +195,7 @@ fn recv_loop(poll: &mut Poll, links: &[Link], queue: &Queue) -> io::Result<()> {
                 };
                 let to = if from_host {
                     *lock(&link.peer) = Some(from);
-                    link.up.peer_addr()?
+                    link.upstream
                 } else {
                     match *lock(&link.peer) {
                         Some(p) => p,
@@ -216,10 +225,6 @@ fn recv_loop(poll: &mut Poll, links: &[Link], queue: &Queue) -> io::Result<()> {
             }
         }
     }
-}
-
-fn upstream_of(link: &Link) -> SocketAddr {
-    link.up.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 fn send_loop(links: &[Link], queue: &Queue, counters: &Counters) {
