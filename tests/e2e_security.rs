@@ -331,6 +331,104 @@ fn a_payload_that_stops_arriving_gives_its_budget_back_at_its_deadline() {
     });
 }
 
+/// Two authenticated consumerds that declare 60 payloads of 60 MiB each and
+/// then stall hold no more than their shares of the payload budget: an
+/// honest consumerd that comes after them still has its 32 MiB of sources
+/// taken, and every one of its tasks compiles remotely. (Before shares, the
+/// stallers held 240 of the 256 MiB and the honest build ran locally.)
+#[test]
+fn stalling_consumerds_leave_an_honest_one_its_share_of_the_budget() {
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover", "--jobs", "8"]);
+    c.wait_ready(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let declared = 60u64 << 20;
+        let mut streams = Vec::new();
+        let mut stallers = Vec::new();
+        for s in 0..2u64 {
+            let cd = RawConsumerd::connect(&c.tls, addr).await;
+            for i in 0..60 {
+                streams.push(cd.send_stalling(1000 * (s + 1) + i, &spec(0), declared).await);
+            }
+            stallers.push(cd);
+        }
+        // Wait until the stallers' headers have all been through the gate
+        // (each is reserved or answered "over budget").
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = c.status();
+            let over = s["totals"]["retried"].as_u64().unwrap();
+            let held = s["payload_bytes"].as_u64().unwrap();
+            if over + held / declared >= 120 {
+                assert!(held <= 3 * declared, "two stallers hold {} MiB of the budget", held >> 20);
+                break;
+            }
+            assert!(Instant::now() < deadline, "the stallers' headers never all passed the gate: {s}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut honest = RawConsumerd::connect(&c.tls, addr).await;
+        let mut sources = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for id in 1..=8u64 {
+            // Noise: it does not compress, so each takes its 4 MiB of the budget.
+            let mut src = Vec::with_capacity(4 << 20);
+            while src.len() < 4 << 20 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                src.extend_from_slice(&x.to_le_bytes());
+            }
+            honest.send(id, &spec(2_000), &src, None).await;
+            sources.push(src);
+        }
+        for _ in 0..8 {
+            let (h, object) = honest.result().await;
+            assert_eq!(h.outcome, Outcome::Success, "task {} of the honest consumerd: {:?}", h.task_id, h.outcome);
+            assert_eq!(object, ccroute::agent::executor::test_object(&sources[h.task_id as usize - 1]));
+        }
+        drop(streams);
+    });
+}
+
+/// A consumerd that ignores its remote limit and floods the scheduler with
+/// tasks is answered "run it locally" past its cap of tasks in flight,
+/// saying why, and its tasks below the cap are untouched.
+#[test]
+fn a_consumerd_past_its_cap_of_tasks_in_flight_is_told_to_compile_locally() {
+    use ccroute_wire::{RetryAction, RetryReason};
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover", "--jobs", "2"]);
+    c.wait_ready(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        let cap = 1024u64;
+        for id in 1..=cap + 8 {
+            cd.send(id, &spec(60_000), format!("int f{id}(void);\n").as_bytes(), None).await;
+        }
+        let mut refused = Vec::new();
+        while refused.len() < 8 {
+            let (h, _) = cd.result().await;
+            match &h.outcome {
+                Outcome::Retry(RetryAction::RunLocally, RetryReason::Rejected(why)) if why.contains("in flight") => {
+                    assert!(why.contains("1024"), "{why}");
+                    refused.push(h.task_id)
+                }
+                other => panic!("task {} was answered {other:?} while the flood was under way", h.task_id),
+            }
+        }
+        refused.sort_unstable();
+        assert_eq!(refused, (cap + 1..=cap + 8).collect::<Vec<_>>(), "only the tasks past the cap are refused");
+        let s = c.status();
+        assert_eq!(s["consumerds"][0]["in_flight"], cap, "{s}");
+    });
+}
+
 /// A consumerd that disappears cancels its tasks on the agents: the agent
 /// stops the compile and its token comes back long before the compile
 /// would have ended.

@@ -2,8 +2,16 @@
 //!
 //! Tasks arrive inline on the control stream (small sources) or one per uni
 //! stream (large ones). A uni-stream task's header passes a gate before its
-//! payload is read: the payload budget is reserved there, and past it the
-//! payload is never read and the task is answered "retry locally". The owner
+//! payload is read: the payload budget is reserved there, through this
+//! connection's share of it (`budget::Share`), and past it the payload is
+//! never read and the task is answered "retry locally". Tasks in flight are
+//! capped per connection too ([`in_flight_cap`]): a consumerd that ignores
+//! its remote limit is answered "run it locally" past it, before its task
+//! reaches a queue others wait in. Headers whose payloads are still arriving
+//! are capped by the transport: a peer may have at most
+//! `TransportOptions::max_concurrent_uni_streams` (64) streams open, and a
+//! payload that stops arriving is dropped at its deadline
+//! (`net::payload_deadline`). The owner
 //! task submits each task to the core under the consumerd's own id, and
 //! sends each answer back under that id — small ones on the control stream,
 //! large objects on a stream of their own, spawned so that the loop never
@@ -19,7 +27,7 @@ use ccroute_wire::{
 };
 use tokio::task::JoinSet;
 
-use super::budget::Reservation;
+use super::budget::{Reservation, Share};
 use super::cache_hook::CacheLookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
@@ -59,7 +67,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     if let Some(generation) = announced {
         state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
     }
-    let budget = state.budget.clone();
+    let share = Arc::new(state.budget.share());
+    let budget = share.clone();
     let cache = state.cache.clone();
     let (mut rx, mut readers) = spawn_readers(conn.clone(), reader, move |message: Message| {
         let budget = budget.clone();
@@ -101,7 +110,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
                         }
                     }
-                    if let Err(why) = on_frame(&state, &mut session, &writer, frame, ticket, node).await {
+                    if let Err(why) = on_frame(&state, &share, &mut session, &writer, frame, ticket, node).await {
                         break Err(why);
                     }
                 }
@@ -157,8 +166,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     // Dropping the session cancels what it still has in flight.
 }
 
-/// Answers a task that would take the scheduler past its payload budget:
-/// run it locally.
+/// Answers a task that would take the scheduler past its payload budget
+/// (or this connection past its share of it): run it locally.
 async fn over_budget(state: &ServerState, writer: &FrameWriter, task_id: u64) -> Result<(), NetError> {
     state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
     writer.send(Message::TaskResult(run_locally(task_id, RetryReason::OverBudget)), Bytes::new()).await
@@ -167,6 +176,7 @@ async fn over_budget(state: &ServerState, writer: &FrameWriter, task_id: u64) ->
 /// One frame from the consumerd. `Err` is a protocol violation.
 async fn on_frame(
     state: &ServerState,
+    share: &Share,
     session: &mut ConsumerdSession<NetJob>,
     writer: &FrameWriter,
     frame: Frame,
@@ -180,7 +190,7 @@ async fn on_frame(
                 Ticket::Hit(hit) => (None, CacheLookup::Hit(hit)),
                 // An inline task: its bytes are already here (a control
                 // stream frame is at most INLINE_PAYLOAD_MAX); count them.
-                Ticket::Plain => match state.budget.try_reserve(header.payload.len) {
+                Ticket::Plain => match share.try_reserve(header.payload.len) {
                     Some(r) => (Some(r), CacheLookup::Unchecked),
                     None => return Ok(over_budget(state, writer, header.task_id).await?),
                 },
@@ -214,6 +224,17 @@ async fn submit(
     origin: super::shipping::SessionKey,
 ) -> super::SessionOutcome {
     let (client_id, toolchain) = (header.task_id, header.toolchain);
+    let cap = in_flight_cap(session.remote_limit());
+    if session.in_flight() >= cap {
+        let why = format!(
+            "this consumerd has {} tasks in flight at the scheduler, its cap ({cap}: twice its remote limit of {}, \
+             at least {MIN_IN_FLIGHT_CAP})",
+            session.in_flight(),
+            session.remote_limit()
+        );
+        let h = run_locally(client_id, RetryReason::Rejected(why));
+        return Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?);
+    }
     let body = TaskBody { origin, ..TaskBody::new(header, payload, reservation, lookup) };
     match session.submit(client_id, toolchain, body) {
         Ok(_) => Ok(()),
@@ -222,6 +243,18 @@ async fn submit(
             Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?)
         }
     }
+}
+
+/// The fewest tasks a consumerd may have in flight at the scheduler,
+/// whatever its remote limit: room for a build whose window is still
+/// opening, and for cache hits answered at once.
+pub(crate) const MIN_IN_FLIGHT_CAP: usize = 1024;
+
+/// Tasks a consumerd may have in flight at the scheduler: twice the remote
+/// limit it was given (an honest consumerd keeps to the limit, and may lag
+/// behind a window that just shrank), at least [`MIN_IN_FLIGHT_CAP`].
+pub(crate) fn in_flight_cap(remote_limit: u32) -> usize {
+    (remote_limit as usize).saturating_mul(2).max(MIN_IN_FLIGHT_CAP)
 }
 
 fn run_locally(task_id: u64, reason: RetryReason) -> ResultHeader {
