@@ -1,9 +1,11 @@
 //! The consumerd's link to the scheduler: the [`Remote`] the local side
 //! sends its jobs through.
 //!
-//! One long-lived QUIC connection, re-established with exponential backoff
-//! (0.5 s, ×√2, at most 5 s, with jitter; reset after 10 s connected) for as
-//! long as the consumerd runs. While it is down the remote window is 0 and
+//! One long-lived QUIC connection, re-established for as long as the
+//! consumerd runs: while nothing answers, a knock every 0.5 s
+//! (`net::knock`); after a refusal or a connection that ended early,
+//! exponential backoff (0.5 s, ×√2, at most 5 s, with jitter; reset after
+//! 10 s connected). While it is down the remote window is 0 and
 //! every job runs locally; a job in flight when it drops runs locally too.
 //!
 //! A job becomes a task: its toolchain key, its cache key (when the result
@@ -346,15 +348,23 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
     let mut last_error: Option<String> = None;
     while !shutdown.is_cancelled() {
         let started = Instant::now();
-        match connect(&inner, &config).await {
+        // Dialling knocks for as long as nothing answers: shutdown stops it.
+        let dialled = tokio::select! {
+            d = connect(&inner, &config) => d,
+            () = shutdown.cancelled() => break,
+        };
+        let pause = match dialled {
             Ok((conn, reader, welcome_limit)) => {
                 tracing::info!(scheduler = %config.scheduler, limit = welcome_limit, "connected to the scheduler");
                 last_error = None;
+                let connected = Instant::now();
                 inner.window.send_replace(welcome_limit);
                 tokio::select! {
                     () = serve(&inner, &conn, reader, &stats) => {}
                     () = shutdown.cancelled() => {}
                 }
+                // Why it ended, before our own close below overwrites it.
+                let why = conn.conn.close_reason().map_or_else(|| "shutting down".to_owned(), |e| e.to_string());
                 *lock(&inner.current) = None;
                 inner.window.send_replace(0);
                 lock(&inner.announced).clear();
@@ -364,8 +374,9 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 }
                 conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
                 if !shutdown.is_cancelled() {
-                    tracing::warn!(scheduler = %config.scheduler, "scheduler connection ended; compiling locally until it is back");
+                    tracing::warn!(scheduler = %config.scheduler, error = %why, "scheduler connection ended; compiling locally until it is back");
                 }
+                backoff.after_lost(connected.elapsed())
             }
             Err(e) => {
                 // No retry can change a certificate or a version: say so once,
@@ -384,10 +395,11 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                     tracing::warn!(scheduler = %config.scheduler, error = %text, "cannot reach the scheduler; compiling locally");
                     last_error = Some(text);
                 }
+                backoff.after(started.elapsed())
             }
-        }
+        };
         tokio::select! {
-            () = tokio::time::sleep(backoff.after(started.elapsed())) => {}
+            () = tokio::time::sleep(pause) => {}
             () = shutdown.cancelled() => {}
         }
     }

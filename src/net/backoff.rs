@@ -3,7 +3,10 @@
 //!
 //! 0.5 s, then ×√2 per failure up to 5 s, each delay stretched by up to 25 %
 //! at random so that a farm's agents do not reconnect in lockstep after the
-//! scheduler restarts; back to 0.5 s once a connection lasted 10 s.
+//! scheduler restarts; back to 0.5 s once a connection lasted 10 s. A
+//! connection that worked for a while and was then lost (the scheduler
+//! restarted, or a link broke) is dialled again at once: the dial itself
+//! knocks every 0.5 s while nothing answers (`super::knock`).
 
 use std::time::Duration;
 
@@ -16,6 +19,8 @@ pub struct Backoff {
 const FIRST: Duration = Duration::from_millis(500);
 const MOST: Duration = Duration::from_secs(5);
 const STABLE: Duration = Duration::from_secs(10);
+/// A connection lost after working this long is dialled again at once.
+const WORKED: Duration = Duration::from_secs(2);
 
 impl Default for Backoff {
     fn default() -> Self {
@@ -27,6 +32,19 @@ impl Backoff {
     /// A backoff at its first delay.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The delay to wait after a connection that was made and then lost,
+    /// having lasted `lasted`: none when it had worked a while, so a
+    /// restarted scheduler has its peers back at once.
+    pub fn after_lost(&mut self, lasted: Duration) -> Duration {
+        if lasted >= WORKED {
+            if lasted >= STABLE {
+                self.next = FIRST;
+            }
+            return Duration::ZERO;
+        }
+        self.after(lasted)
     }
 
     /// The delay to wait after an attempt whose connection lasted `lasted`
@@ -58,5 +76,17 @@ mod tests {
         assert!(last >= MOST && last <= MOST.mul_f64(1.25), "{last:?}");
         let again = b.after(STABLE);
         assert!(again <= FIRST.mul_f64(1.25), "{again:?}");
+    }
+
+    #[test]
+    fn a_connection_lost_after_it_worked_is_dialled_at_once() {
+        let mut b = Backoff::new();
+        for _ in 0..20 {
+            b.after(Duration::ZERO);
+        }
+        assert_eq!(b.after_lost(WORKED), Duration::ZERO);
+        assert!(b.after_lost(Duration::ZERO) >= MOST, "a connection lost at once still backs off");
+        assert_eq!(b.after_lost(STABLE), Duration::ZERO);
+        assert!(b.after(Duration::ZERO) <= FIRST.mul_f64(1.25), "a stable one resets the backoff");
     }
 }

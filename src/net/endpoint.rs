@@ -5,16 +5,21 @@
 //!   receive windows.
 //! - [`server_endpoint`] / [`accept`]: the scheduler's side; a client whose
 //!   certificate does not chain to the cluster CA never becomes a connection.
-//! - [`client_endpoint`] / [`connect`]: everyone else's; the server must
-//!   present a scheduler certificate of the cluster.
+//! - [`client_endpoint`] / [`connect`] / [`knock`]: everyone else's; the
+//!   server must present a scheduler certificate of the cluster.
+//!
+//! The scheduler keys its stateless resets with a secret derived from its
+//! private key: restarted (even after `kill -9`), it answers the first packet
+//! of a connection its previous run held with a reset the peer recognises,
+//! and the peer reconnects at once instead of waiting out its idle timeout.
 //!
 //! Both sides log a failed TLS handshake once, as a sentence. Left out:
 //! connection limits (the scheduler refuses an [`quinn::Incoming`] itself),
-//! reconnecting, and 0-RTT.
+//! backoff after a refusal (the daemons'), and 0-RTT.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, IdleTimeout, TransportConfig, VarInt};
@@ -53,7 +58,9 @@ impl Default for TransportOptions {
     fn default() -> Self {
         TransportOptions {
             idle_timeout: Duration::from_secs(5),
-            keep_alive: Duration::from_secs(1),
+            // Half a second: a restarted scheduler answers the next one with
+            // a reset, so its peers are back within about a second.
+            keep_alive: Duration::from_millis(500),
             max_concurrent_uni_streams: 64,
             max_concurrent_bidi_streams: 256,
             stream_receive_window: 4 << 20,
@@ -96,7 +103,22 @@ pub fn server_endpoint(addr: SocketAddr, identity: &Identity, opts: &TransportOp
     let crypto = QuicServerConfig::try_from(tls::server_config(identity)?).map_err(|_| TlsError::NoQuicCipherSuite)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(opts.transport_config()?));
-    Endpoint::server(config, addr).map_err(|source| NetError::Bind { addr, source })
+    let reset_key = identity.derived_secret("ccroute 1 QUIC stateless reset key");
+    let mut endpoint_config =
+        quinn::EndpointConfig::new(Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset_key)));
+    // Connection ids carry a check keyed the same way: a packet of the
+    // previous run's connections passes it, and is answered with a reset
+    // rather than dropped as forged.
+    let cid_secret = identity.derived_secret("ccroute 1 QUIC connection id key");
+    let cid_key = u64::from_le_bytes(cid_secret[..8].try_into().unwrap_or_default());
+    endpoint_config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+    // A reset is always smaller than the packet that prompted it (no loop,
+    // no amplification): a farm's agents may all be told in the same second.
+    endpoint_config.min_reset_interval(Duration::from_millis(1));
+    let socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| NetError::Bind { addr, source: std::io::Error::other("no async runtime") })?;
+    Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(|source| NetError::Bind { addr, source })
 }
 
 /// A client endpoint for dialling `target`: bound to an ephemeral port of
@@ -134,6 +156,52 @@ pub async fn connect(endpoint: &Endpoint, addr: SocketAddr) -> Result<Connection
     let connecting =
         endpoint.connect(addr, SCHEDULER_NAME).map_err(|source| NetError::Connect { peer: addr, source })?;
     connecting.await.map_err(|e| handshake_error(addr, e, Side::Client))
+}
+
+/// How often [`knock`] tries again while nothing answers (each knock
+/// stretched by up to 25 % at random, so a farm does not knock in step).
+pub const KNOCK_EVERY: Duration = Duration::from_millis(500);
+/// Unanswered knocks at once, at most: each lasts until the idle timeout.
+const KNOCKS_IN_FLIGHT: usize = 16;
+/// After this long without an answer, [`knock`] says so, once.
+const KNOCK_QUIET: Duration = Duration::from_secs(5);
+
+/// Like [`connect`], for a daemon that keeps one connection: while nothing
+/// answers (the scheduler down, restarting, or cut off), a new attempt
+/// starts every [`KNOCK_EVERY`] beside those still waiting, so the
+/// connection is made within about half a second of the scheduler listening
+/// again, however long it was gone — not after a retransmission timer or a
+/// backoff has run out. Returns when an attempt connects or fails for a
+/// reason other than silence; drop it to stop knocking.
+///
+/// # Errors
+/// As [`connect`], except a timeout.
+pub async fn knock(endpoint: &Endpoint, addr: SocketAddr) -> Result<Connection, NetError> {
+    let mut attempts = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    let mut next = tokio::time::Instant::now();
+    let mut said = false;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(next), if attempts.len() < KNOCKS_IN_FLIGHT => {
+                let endpoint = endpoint.clone();
+                attempts.spawn(async move { connect(&endpoint, addr).await });
+                let jitter = 1.0 + 0.25 * f64::from((super::random_id() % 1000) as u32) / 1000.0;
+                next += KNOCK_EVERY.mul_f64(jitter);
+                if !said && started.elapsed() >= KNOCK_QUIET {
+                    tracing::warn!(scheduler = %addr, "no answer from the scheduler; knocking every {KNOCK_EVERY:?} until it answers");
+                    said = true;
+                }
+            }
+            Some(done) = attempts.join_next() => match done {
+                // Dropping the set abandons the other attempts.
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(NetError::ConnectionLost { source: quinn::ConnectionError::TimedOut, .. })) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(join) => std::panic::resume_unwind(join.into_panic()),
+            },
+        }
+    }
 }
 
 /// Completes the TLS handshake of an incoming connection. A client whose

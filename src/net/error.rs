@@ -309,7 +309,8 @@ const ALERT_NO_APPLICATION_PROTOCOL: u8 = 120;
 
 fn alert_of(code: quinn::TransportErrorCode) -> Option<u8> {
     let code = u64::from(code);
-    (0x100..=0x1ff).contains(&code).then_some((code - 0x100) as u8)
+    // Lazily: below 0x100 the subtraction would overflow.
+    (0x100..=0x1ff).contains(&code).then(|| (code - 0x100) as u8)
 }
 
 /// A TLS handshake failure explained, when `err` is one.

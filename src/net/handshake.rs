@@ -20,7 +20,7 @@ use ccroute_wire::{
 };
 use quinn::{Connection, RecvStream, SendStream};
 
-use super::endpoint::{client_endpoint, connect, TransportOptions};
+use super::endpoint::{client_endpoint, knock, TransportOptions};
 use super::error::{handshake_error, CloseReason, NetError, Side};
 use super::framed::{FrameReader, FrameWriter, StreamOptions};
 use super::tls::Identity;
@@ -49,10 +49,11 @@ pub fn system_info() -> SystemInfo {
 }
 
 /// Connects to the scheduler at `addr` and says hello with `body`: an
-/// agent's or a consumerd's way in.
+/// agent's or a consumerd's way in. While nothing answers it keeps knocking
+/// ([`knock`]); drop it to stop.
 ///
 /// # Errors
-/// As [`client_endpoint`], [`connect`] and [`client_handshake`].
+/// As [`client_endpoint`], [`knock`] and [`client_handshake`].
 pub async fn dial(
     identity: &Identity,
     transport: &TransportOptions,
@@ -60,7 +61,7 @@ pub async fn dial(
     body: HelloBody,
 ) -> Result<(Connection, FrameWriter, FrameReader, Welcome), NetError> {
     let endpoint = client_endpoint(identity, transport, addr)?;
-    let conn = connect(&endpoint, addr).await?;
+    let conn = knock(&endpoint, addr).await?;
     let hello = Hello { version: PROTOCOL_VERSION, body };
     let (writer, reader, welcome) = client_handshake(&conn, &hello, &StreamOptions::default()).await?;
     Ok((conn, writer, reader, welcome))

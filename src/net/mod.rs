@@ -37,7 +37,7 @@ pub mod tls;
 mod tests;
 
 pub use backoff::Backoff;
-pub use endpoint::{accept, client_endpoint, connect, server_endpoint, shutdown, TransportOptions};
+pub use endpoint::{accept, client_endpoint, connect, knock, server_endpoint, shutdown, TransportOptions, KNOCK_EVERY};
 pub use error::{CloseReason, NetError};
 pub use framed::{
     accept_frames, accept_gated_frames, send_on_new_stream, send_sized, Admission, FrameReader, FrameWriter, Gated,

@@ -192,6 +192,15 @@ impl Identity {
     pub fn role(&self) -> CertRole {
         self.role
     }
+
+    /// A secret derived from the private key alone: the same for every
+    /// process that loads this identity, and telling nothing about the key.
+    /// The scheduler keys its QUIC stateless resets with it, so that a
+    /// scheduler restarted with the same certificate can tell its peers at
+    /// once that their connections are gone.
+    pub fn derived_secret(&self, purpose: &str) -> [u8; 32] {
+        blake3::derive_key(purpose, self.key.secret_der())
+    }
 }
 
 impl Clone for Identity {

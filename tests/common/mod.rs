@@ -109,9 +109,16 @@ impl Cluster {
 
     /// Starts the scheduler on 127.0.0.1, port 0, and learns its address.
     pub fn start_scheduler(&mut self, extra: &[&str]) -> SocketAddr {
-        let mut args = vec!["scheduler", "--listen", "127.0.0.1:0"];
+        self.start_scheduler_as("scheduler", "127.0.0.1:0", extra)
+    }
+
+    /// Starts a scheduler named `name` (its log file) listening on `listen`,
+    /// in place of any before it, and learns its address.
+    #[allow(dead_code)] // not every test file restarts the scheduler
+    pub fn start_scheduler_as(&mut self, name: &str, listen: &str, extra: &[&str]) -> SocketAddr {
+        let mut args = vec!["scheduler", "--listen", listen];
         args.extend_from_slice(extra);
-        let mut d = self.spawn("scheduler", &args);
+        let mut d = self.spawn(name, &args);
         let stdout = d.child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
