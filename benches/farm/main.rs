@@ -69,6 +69,29 @@ pub struct Scenario {
     pub alone: bool,
     /// Packets dropped on every host's link, ‰ each way (nftables).
     pub loss_permille: u32,
+    /// Faults applied during the run, in time order.
+    pub faults: Vec<Fault>,
+}
+
+/// One step of a fault: from `at_s` seconds after the builds start (real
+/// time), `on`'s link drops `permille`‰ of its packets (1000: a partition;
+/// 0: healed).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub at_s: f64,
+    pub on: FaultOn,
+    pub permille: u32,
+}
+
+/// Whose link a [`Fault`] is on.
+#[derive(Debug, Clone, Copy)]
+pub enum FaultOn {
+    /// One agent's host.
+    Agent(usize),
+    /// One build's host (its consumerd).
+    Build(usize),
+    /// The hub: every link, and the scheduler with them.
+    Hub,
 }
 
 impl Scenario {
@@ -236,6 +259,7 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         dilate,
         alone: false,
         loss_permille: 0,
+        faults: vec![],
     };
     let gen5k = generated(traces, 5_000, 1);
     vec![
@@ -270,6 +294,116 @@ fn smoke(traces: &BTreeMap<String, Trace>) -> Scenario {
         alone: false,
         // Loss on every link: nftables works here, and QUIC's recovery loses nothing.
         loss_permille: 5,
+        faults: vec![],
+    }
+}
+
+/// The fault scenarios (`-- faults`): one build of 1,000 units on 8 agents
+/// of 8 tokens, fault-free and then under each fault, starting 3 s in.
+fn fault_scenarios(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
+    let base = Scenario {
+        name: "fault-free".into(),
+        slow: 0,
+        loss_permille: 0,
+        builds: vec![(generated(traces, 1_000, 11), 0.0)],
+        ..smoke(traces)
+    };
+    let cut = |on: FaultOn, from: f64, secs: f64| {
+        vec![Fault { at_s: from, on, permille: 1000 }, Fault { at_s: from + secs, on, permille: 0 }]
+    };
+    // The scheduler's link down 2 s (QUIC rides it out), then 7 s (past the
+    // 5 s idle timeout: every connection is lost and dialled again).
+    let flap: Vec<Fault> = [cut(FaultOn::Hub, 2.0, 2.0), cut(FaultOn::Hub, 6.0, 7.0)].concat();
+    vec![
+        base.clone(),
+        Scenario { name: "agent-cut-10s".into(), faults: cut(FaultOn::Agent(0), 3.0, 10.0), ..base.clone() },
+        Scenario { name: "scheduler-flap".into(), faults: flap, ..base.clone() },
+        Scenario { name: "loss-5pct".into(), loss_permille: 50, ..base.clone() },
+        Scenario { name: "consumerd-cut-10s".into(), faults: cut(FaultOn::Build(0), 3.0, 10.0), ..base },
+    ]
+}
+
+/// What a fault scenario does, in words.
+fn fault_words(s: &Scenario) -> String {
+    if s.loss_permille > 0 && s.faults.is_empty() {
+        return format!("{:.1} % of packets dropped on every link, each way", f64::from(s.loss_permille) / 10.0);
+    }
+    let mut words = Vec::new();
+    for pair in s.faults.chunks(2) {
+        let on = match pair[0].on {
+            FaultOn::Agent(i) => format!("agent {i}'s link"),
+            FaultOn::Build(i) => format!("build {i}'s link (its consumerd)"),
+            FaultOn::Hub => "the scheduler's link (all traffic)".into(),
+        };
+        let until = pair.get(1).map_or(f64::INFINITY, |f| f.at_s);
+        words.push(format!("{on} dropped {:.0}–{:.0} s", pair[0].at_s, until));
+    }
+    if words.is_empty() {
+        "none".into()
+    } else {
+        words.join("; ")
+    }
+}
+
+/// Runs the fault scenarios and prints (and writes to `out`) their table:
+/// lost, answered twice, compiled locally, build time against the fault-free
+/// run. (Compiles on agents are not counted here: an agent that reconnects
+/// is a new session, and the scheduler's counters of the old one are gone.)
+fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>) -> Result<(), String> {
+    let mut lines = vec![
+        "| scenario | what was done | lost | answered twice | local | build time | ÷ fault-free |".to_owned(),
+        "|---|---|---|---|---|---|---|".to_owned(),
+    ];
+    let mut free_s = None;
+    let mut failures = Vec::new();
+    for s in fault_scenarios(traces) {
+        eprintln!("farm: {} ({})", s.name, fault_words(&s));
+        let row = run_scenario(&s)?;
+        let b = &row.figures.builds[0];
+        let lost = b.units.saturating_sub(b.distinct);
+        let twice = b.answered.saturating_sub(b.distinct);
+        let base = *free_s.get_or_insert(b.makespan_s);
+        let line = format!(
+            "| {} | {} | {lost} | {twice} | {} | {:.1} s | {:.2}× (+{:.1} s) |",
+            s.name,
+            fault_words(&s),
+            b.local,
+            b.makespan_s,
+            b.makespan_s / base,
+            b.makespan_s - base
+        );
+        eprintln!("{line}");
+        lines.push(line);
+        if lost > 0 || twice > 0 || b.failed > 0 || b.size_bad > 0 {
+            failures.push(format!("{}: {lost} lost, {twice} answered twice, {} failed", s.name, b.failed));
+        }
+    }
+    let table = lines.join("\n");
+    println!("{table}");
+    if let Some(out) = out {
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "(unknown)".into());
+        let md = format!(
+            "# Faults on the farm\n\n\
+             Written by `cargo bench --bench farm -- faults` (as root) at commit {commit}: one build of 1,000 units drawn from the recorded traces \
+             (8 agents × 8 tokens in network namespaces, 0.2 ms RTT), first fault-free, then with each fault \
+             starting 3 s in (nftables drops in the host's namespace). Lost: units never answered; answered \
+             twice: a unit with two answers; local: units the consumerd compiled itself (told to, or its \
+             link down). The figures are of one run on a shared 2-core machine.\n\n{table}\n"
+        );
+        std::fs::write(out, md).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("farm: wrote {}", out.display());
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
     }
 }
 
@@ -303,6 +437,15 @@ fn harness_main(args: &[OsString]) -> Result<(), String> {
             row.figures.units,
             started.elapsed().as_secs_f64()
         );
+        return Ok(());
+    }
+    if names.iter().any(|n| *n == "faults") {
+        let out = out.or_else(|| Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("FAULTS.md")));
+        run_faults(&traces, out.as_deref())?;
+        let left = leftovers();
+        if !left.is_empty() {
+            return Err(format!("left behind: {}", left.join(", ")));
+        }
         return Ok(());
     }
     let all = presets(&traces);
@@ -659,8 +802,16 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
         s.builds.iter().map(|(t, off)| off + t.work_us() as f64 / 1e6 / s.capacity().max(1.0)).fold(0.0, f64::max);
     let deadline = Instant::now() + Duration::from_secs_f64(60.0 + 10.0 * longest * s.dilate + 5.0);
     let mut rss_peak = 0;
+    let mut faults = s.faults.iter().peekable();
     for (c, _) in &mut clients {
         loop {
+            while let Some(f) = faults.next_if(|f| ccroute::host::monotonic_ns() >= t0 + (f.at_s * 1e9) as u64) {
+                match f.on {
+                    FaultOn::Agent(i) => net.set_loss(i, f.permille)?,
+                    FaultOn::Build(b) => net.set_loss(s.agents + b, f.permille)?,
+                    FaultOn::Hub => net.set_hub_loss(f.permille)?,
+                }
+            }
             rss_peak = rss_peak.max(rss_bytes(sched_pid));
             match c.child.try_wait() {
                 Ok(Some(st)) if st.success() => break,

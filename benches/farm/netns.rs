@@ -172,22 +172,34 @@ impl Net {
 
     /// Drops `permille`/1000 of the host's packets each way (0 removes the rule).
     pub fn set_loss(&self, host: usize, permille: u32) -> Result<(), String> {
-        let ns = &self.hosts[host];
-        let _ = run("ip", &["netns", "exec", ns, "nft", "delete", "table", "inet", "farm"]);
-        if permille == 0 {
-            return Ok(());
-        }
-        let rule =
-            if permille >= 1000 { "drop".to_owned() } else { format!("numgen random mod 1000 < {permille} drop") };
-        let script = format!(
-            "table inet farm {{\n\
+        set_loss_in(&self.hosts[host], permille)
+    }
+
+    /// [`Net::set_loss`] for the hub: every link at once, and the scheduler
+    /// with them.
+    pub fn set_hub_loss(&self, permille: u32) -> Result<(), String> {
+        set_loss_in(&self.hub, permille)
+    }
+}
+
+/// Drops `permille`/1000 of the UDP packets in and out of namespace `ns`
+/// (1000: all of them, a partition; 0 removes the rule).
+fn set_loss_in(ns: &str, permille: u32) -> Result<(), String> {
+    let _ = run("ip", &["netns", "exec", ns, "nft", "delete", "table", "inet", "farm"]);
+    if permille == 0 {
+        return Ok(());
+    }
+    let rule = if permille >= 1000 { "drop".to_owned() } else { format!("numgen random mod 1000 < {permille} drop") };
+    let script = format!(
+        "table inet farm {{\n\
                chain in {{ type filter hook input priority 0; meta l4proto udp {rule}; }}\n\
                chain out {{ type filter hook output priority 0; meta l4proto udp {rule}; }}\n\
              }}\n"
-        );
-        batch("ip", &["netns", "exec", ns, "nft", "-f", "-"], &script)
-    }
+    );
+    batch("ip", &["netns", "exec", ns, "nft", "-f", "-"], &script)
+}
 
+impl Net {
     /// Kills every process in the farm's namespaces and removes them.
     pub fn remove(&self) {
         remove_tagged(&self.tag);
