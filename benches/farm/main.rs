@@ -364,7 +364,7 @@ fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>) -> Result<()
         let twice = b.answered.saturating_sub(b.distinct);
         let base = *free_s.get_or_insert(b.makespan_s);
         let line = format!(
-            "| {} | {} | {lost} | {twice} | {} | {:.1} s | {:.2}× (+{:.1} s) |",
+            "| {} | {} | {lost} | {twice} | {} | {:.1} s | {:.2}× ({:+.1} s) |",
             s.name,
             fault_words(&s),
             b.local,
