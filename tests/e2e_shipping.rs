@@ -50,8 +50,16 @@ fn require(program: &str, why: &str) {
 /// Lua 5.4's sources from the `lua-src` crate (a dev-dependency for them),
 /// copied to `dir` with a Makefile that builds every object.
 fn lua_project(dir: &Path) {
+    // Offline, and only this host's packages: without the filter cargo wants
+    // every platform's dependencies downloaded, which a fresh machine that
+    // only built for itself has not done.
+    let rustc = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())).arg("-vV").output().unwrap();
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names the host");
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
