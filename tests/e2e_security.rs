@@ -331,6 +331,60 @@ fn a_payload_that_stops_arriving_gives_its_budget_back_at_its_deadline() {
     });
 }
 
+/// An agent told to wait for rotated certificates does not exit when the
+/// scheduler refuses its certificate: it says so once, waits without
+/// knocking, and joins as soon as the right certificates replace its own.
+#[test]
+fn an_agent_waiting_for_rotated_certificates_joins_once_they_arrive() {
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&[]).to_string();
+    let other = tempfile::tempdir().unwrap();
+    let dir = other.path().join("tls");
+    assert!(Command::new(ccroute()).args(["certs", "init"]).arg(&dir).status().unwrap().success());
+    let log = c.dir.path().join("waiting.log");
+    let mut agent = c
+        .command(ccroute())
+        .args(["agent", "--scheduler", &addr, "--test-toolchain", "--no-discover", "--wait-for-certificates"])
+        .env("CCROUTE_TLS_DIR", &dir)
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).unwrap().contains("waiting for new certificates") {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never said it waits:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        assert!(agent.try_wait().unwrap().is_none(), "the agent exited:\n{}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Waiting, it does not knock.
+    let handshakes = || c.scheduler.as_ref().unwrap().log_text().matches("not signed by").count();
+    let before = handshakes();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(handshakes(), before, "the waiting agent kept knocking");
+    assert!(agent.try_wait().unwrap().is_none(), "the agent exited while waiting");
+    // The operator rotates its certificates: the cluster's own, key first.
+    for f in ["agent.key", "agent.pem", "ca.pem"] {
+        std::fs::copy(c.tls.join(f), dir.join(f)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.status()["agents"].as_array().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never joined with its new certificates:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("waiting for new certificates").count(), 1, "{text}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
 /// Two authenticated consumerds that declare 60 payloads of 60 MiB each and
 /// then stall hold no more than their shares of the payload budget: an
 /// honest consumerd that comes after them still has its 32 MiB of sources

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
 use super::shipped::{self, Sandbox, Shipping, Store};
+use crate::net::tls::{self, CertRole};
 use crate::net::{self, Identity, NetError, TransportOptions};
 use crate::toolchain::{discover, test_toolchain};
 
@@ -58,7 +59,14 @@ pub struct AgentConfig {
     /// Whether to run toolchains shipped to it (in a sandbox), and where
     /// to keep them; `None` serves only installed compilers.
     pub shipping: Option<StoreConfig>,
+    /// When the scheduler refuses this agent for good (a certificate of
+    /// another cluster or role), wait for new certificates in this directory
+    /// and try again with them, instead of exiting with an error.
+    pub wait_for_certificates: Option<PathBuf>,
 }
+
+/// How often an agent waiting for new certificates looks at their files.
+const CERTIFICATE_CHECK: Duration = Duration::from_secs(2);
 
 /// Where an agent keeps shipped toolchains.
 #[derive(Debug, Clone)]
@@ -95,6 +103,7 @@ impl AgentConfig {
             node_id: crate::net::random_id(),
             host_name: crate::host::host_name(),
             shipping: Some(StoreConfig::default()),
+            wait_for_certificates: None,
         }
     }
 }
@@ -148,11 +157,12 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     let mut sampler = CpuSampler::new();
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
+    let mut identity = config.identity.clone();
     while !shutdown.is_cancelled() {
         let started = Instant::now();
         // Dialling knocks for as long as nothing answers: shutdown stops it.
         let dialled = tokio::select! {
-            d = connect(&config, &toolchains, &shipping_state) => d,
+            d = connect(&config, &identity, &toolchains, &shipping_state) => d,
             () = shutdown.cancelled() => break,
         };
         let pause = match dialled {
@@ -170,7 +180,25 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
             Err(e) => {
                 // No retry can change a certificate or a version: say so once and stop.
                 if let Some(what_to_do) = e.final_refusal() {
-                    return Err(AgentError::Refused { scheduler: config.scheduler, error: e.to_string(), what_to_do });
+                    let Some(dir) = &config.wait_for_certificates else {
+                        return Err(AgentError::Refused {
+                            scheduler: config.scheduler,
+                            error: e.to_string(),
+                            what_to_do,
+                        });
+                    };
+                    tracing::error!(
+                        scheduler = %config.scheduler,
+                        error = %e,
+                        "the scheduler will never admit this agent with its certificate: {what_to_do}; \
+                         waiting for new certificates in {} (checked every {CERTIFICATE_CHECK:?})",
+                        dir.display()
+                    );
+                    match wait_for_certificates(dir, &shutdown).await {
+                        Some(new) => identity = Arc::new(new),
+                        None => break,
+                    }
+                    continue;
                 }
                 let text = e.to_string();
                 if last_error.as_deref() != Some(text.as_str()) {
@@ -244,8 +272,41 @@ async fn start_shipping(config: Option<&StoreConfig>) -> (Option<Shipping>, ccro
     }
 }
 
+/// Waits until the agent's certificate files in `dir` are replaced and load;
+/// `None` on shutdown.
+async fn wait_for_certificates(dir: &Path, shutdown: &CancellationToken) -> Option<Identity> {
+    let mut seen = tls::files_stamp(dir, CertRole::Agent);
+    let mut said: Option<String> = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(CERTIFICATE_CHECK) => {}
+            () = shutdown.cancelled() => return None,
+        }
+        let now = tls::files_stamp(dir, CertRole::Agent);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match tls::load(dir, CertRole::Agent) {
+            Ok(identity) => {
+                tracing::info!(dir = %dir.display(), "new certificates; trying the scheduler again");
+                return Some(identity);
+            }
+            Err(e) => {
+                // Half-written, say: said once, and looked at again when it changes.
+                let text = e.to_string();
+                if said.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(dir = %dir.display(), error = %text, "the new certificates do not load yet");
+                    said = Some(text);
+                }
+            }
+        }
+    }
+}
+
 async fn connect(
     config: &AgentConfig,
+    identity: &Identity,
     toolchains: &[Toolchain],
     shipping: &ccroute_wire::Shipping,
 ) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
@@ -258,8 +319,7 @@ async fn connect(
         usage_limit: config.jobs,
         shipping: shipping.clone(),
     };
-    let (conn, writer, reader, welcome) =
-        net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
+    let (conn, writer, reader, welcome) = net::dial(identity, &config.transport, config.scheduler, body).await?;
     Ok((conn, writer, reader, welcome.limit))
 }
 

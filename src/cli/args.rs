@@ -152,6 +152,11 @@ pub struct AgentArgs {
     /// The name `ccroute status` shows (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    /// When the scheduler refuses this agent's certificate for good (another
+    /// cluster's, or another role's), wait for new certificates in the TLS
+    /// directory and try again with them, instead of exiting with an error.
+    #[arg(long, env = "CCROUTE_WAIT_FOR_CERTIFICATES")]
+    pub wait_for_certificates: bool,
     /// Where each compile's scratch directory is made (default:
     /// $XDG_RUNTIME_DIR or /dev/shm where that is a tmpfs, else the temp dir).
     #[arg(long, env = "CCROUTE_SCRATCH_DIR")]

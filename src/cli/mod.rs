@@ -212,10 +212,12 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
 }
 
 async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), BoxError> {
+    let tls_dir = args::tls_dir(&a.tls, &file);
     let mut config = crate::agent::daemon::AgentConfig::new(
         args::scheduler_addr(a.scheduler.as_ref(), &file)?,
-        Arc::new(load_identity(&args::tls_dir(&a.tls, &file), CertRole::Agent)?),
+        Arc::new(load_identity(&tls_dir, CertRole::Agent)?),
     );
+    config.wait_for_certificates = a.wait_for_certificates.then_some(tls_dir);
     config.jobs = jobs;
     config.compilers = a.compilers;
     config.discover = !a.no_discover;

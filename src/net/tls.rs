@@ -216,6 +216,17 @@ impl fmt::Debug for Identity {
     }
 }
 
+/// What the files [`load`] reads for `role` in `dir` look like now (each
+/// one's length and modification time): when it changes, they were
+/// replaced. Files that are missing count as such.
+pub fn files_stamp(dir: &Path, role: CertRole) -> Vec<Option<(u64, std::time::SystemTime)>> {
+    let (cert, key) = role_files(dir, role);
+    [dir.join("ca.pem"), cert, key]
+        .iter()
+        .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?))))
+        .collect()
+}
+
 /// The file names [`init`] writes for a role: certificate, key.
 fn role_files(dir: &Path, role: CertRole) -> (PathBuf, PathBuf) {
     (dir.join(format!("{}.pem", role.name())), dir.join(format!("{}.key", role.name())))
