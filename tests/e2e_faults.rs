@@ -17,9 +17,10 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Cluster;
+use common::{assert_same_objects, Cluster};
 
 #[test]
 fn a_restarted_scheduler_has_its_agents_and_consumerds_back_at_once() {
@@ -75,4 +76,140 @@ fn a_restarted_scheduler_has_its_agents_and_consumerds_back_at_once() {
         at_once.as_secs_f64() * 1e3,
         after_down.as_secs_f64() * 1e3
     );
+}
+
+/// Units of the generated project for the restart test: each takes gcc
+/// about half a second at -O2, so that a kill finds many of them running.
+const UNITS: usize = 24;
+
+/// A project of [`UNITS`] C files with a Makefile that puts objects in `$(BUILD)`.
+fn slow_project(dir: &std::path::Path) {
+    let mut objs = Vec::new();
+    for u in 0..UNITS {
+        let mut src = format!("static int g{u}(int x) {{\n");
+        for i in 0..250 {
+            src.push_str(&format!(
+                "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
+                i + 3 + u,
+                i % 7 + 1,
+                i * 17,
+                1 << (i % 12),
+                i
+            ));
+        }
+        src.push_str(&format!("    return x;\n}}\nint unit{u}(int x) {{ return g{u}(x) + g{u}(x + 1); }}\n"));
+        std::fs::write(dir.join(format!("u{u}.c")), src).unwrap();
+        objs.push(format!("$(BUILD)/u{u}.o"));
+    }
+    let makefile = format!(
+        "OBJS = {}\nall: $(OBJS)\n$(BUILD)/%.o: %.c\n\t@mkdir -p $(BUILD)\n\t$(CC) -O2 -c $< -o $@\n",
+        objs.join(" ")
+    );
+    std::fs::write(dir.join("Makefile"), makefile).unwrap();
+}
+
+/// Compiles the agents started, from their own log lines: each ends in
+/// one of two lines, finished or not (killed, failed to start).
+fn agent_compiles(c: &Cluster) -> usize {
+    c.agents
+        .iter()
+        .map(|a| a.log_text().lines().filter(|l| l.contains("task done") || l.contains("task not compiled")).count())
+        .sum()
+}
+
+/// Units this cluster's consumerd compiled itself (by choice or falling back).
+fn local_compiles(c: &Cluster) -> u64 {
+    let out = c.command(common::ccroute()).args(["stats", "--json"]).output().unwrap();
+    assert!(out.status.success(), "stats: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let get = |k: &str| v["counters"][k].as_u64().unwrap_or_else(|| panic!("no counter {k} in {v}"));
+    get("local") + get("fallback")
+}
+
+/// The scheduler is `kill -9`ed at 25 %, 50 % and 90 % of a real build
+/// and a new one started on its address at once: the agents keep compiling
+/// through the gap, the consumerd sends its tasks in flight again, and the
+/// new scheduler gives each to the agent that still runs it. Every object is
+/// the local build's, and no unit is compiled twice: the agents' compiles
+/// and the consumerd's own add up to the units. Build times are printed
+/// against the same build without a fault (not asserted: shared machine).
+#[test]
+fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    slow_project(dir.path());
+    let local = common::make(dir.path(), &["-j4".into(), "BUILD=local".into(), "CC=gcc".into()], &[]);
+    assert!(local.status.success(), "local build: {}", String::from_utf8_lossy(&local.stderr));
+    let expected = common::objects(&dir.path().join("local"));
+    assert_eq!(expected.len(), UNITS);
+
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    let listen = addr.to_string();
+    for _ in 0..2 {
+        c.start_agent_logged(&["--jobs", "3", "--no-shipping"], Some("info,ccroute::agent::executor=debug"));
+    }
+    c.start_consumerd_with(1, true, &["--no-local-cache"]);
+    c.wait_ready(2);
+    let cc = format!("CC={} gcc", common::ccroute().display());
+    let mut restarts = 0;
+    let mut build = |c: &mut Cluster, name: &str, kill_at: Option<usize>| -> Duration {
+        let (compiled_before, local_before) = (agent_compiles(c), local_compiles(c));
+        let out_dir = dir.path().join(name);
+        let mut make = Command::new("make");
+        make.current_dir(dir.path()).args(["-j6", &format!("BUILD={name}"), &cc]);
+        for (k, v) in c.wrapper_env() {
+            make.env(k, v);
+        }
+        let started = Instant::now();
+        let child = make.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        if let Some(at) = kill_at {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            // At the mark, and with compiles running on the agents.
+            loop {
+                let busy =
+                    c.status()["agents"].as_array().unwrap().iter().any(|a| a["tokens_in_use"].as_u64() > Some(0));
+                if busy && common::files(&out_dir, common::is_object).len() >= at {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the build never reached {at} objects\n{}", c.logs());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            c.scheduler.as_mut().unwrap().kill();
+            restarts += 1;
+            c.start_scheduler_as(&format!("scheduler-{restarts}"), &listen, &["--no-cache"]);
+        }
+        let out = child.wait_with_output().unwrap();
+        let took = started.elapsed();
+        assert!(out.status.success(), "build {name} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+        assert_same_objects(&expected, &common::objects(&out_dir));
+        let compiled = agent_compiles(c) - compiled_before;
+        let local = usize::try_from(local_compiles(c) - local_before).unwrap();
+        assert_eq!(
+            compiled + local,
+            UNITS,
+            "{name}: the agents compiled {compiled} units and the consumerd {local}, for {UNITS} units\n{}",
+            c.logs()
+        );
+        eprintln!("{name}: {:.2} s, {compiled} units compiled on agents, {local} here", took.as_secs_f64());
+        took
+    };
+    let fault_free = build(&mut c, "fault-free", None);
+    let mut adopted_in_all = 0;
+    for pct in [25, 50, 90] {
+        let took = build(&mut c, &format!("killed-at-{pct}"), Some(UNITS * pct / 100));
+        eprintln!(
+            "  scheduler killed at {pct} %: {:+.2} s against the fault-free build",
+            (took.as_secs_f64() - fault_free.as_secs_f64())
+        );
+        // The new scheduler gave the agents what they still held.
+        let adopted = c.status()["totals"]["adopted"].as_u64().unwrap();
+        eprintln!("  tasks adopted by the agents that held them: {adopted}");
+        adopted_in_all += adopted;
+    }
+    // Each kill found compiles running: some of them, at least, were still
+    // wanted and went on where they ran (the count above says none ran twice).
+    assert!(adopted_in_all > 0, "no task was adopted after three restarts\n{}", c.logs());
+    if std::env::var_os("CCROUTE_TEST_SHOW_LOGS").is_some() {
+        eprintln!("{}", c.logs());
+    }
 }

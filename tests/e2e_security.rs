@@ -93,6 +93,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 spec: codec::encode_spec(s),
                 payload: info,
                 inputs: false,
+                origin: None,
+                resumed: false,
             };
             writer.send(Message::Task(header), Bytes::from(packed.clone())).await.unwrap();
         }
@@ -108,6 +110,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 spec: codec::encode_spec(&spec(&[], input)),
                 payload: info,
                 inputs: false,
+                origin: None,
+                resumed: false,
             };
             writer.send(Message::Task(t), Bytes::from(packed.clone())).await.unwrap();
         }

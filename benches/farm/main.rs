@@ -92,6 +92,9 @@ pub enum FaultOn {
     Build(usize),
     /// The hub: every link, and the scheduler with them.
     Hub,
+    /// The scheduler process: `kill -9`ed and a new one started on its
+    /// address at once (`permille` is unused).
+    SchedulerRestart,
 }
 
 impl Scenario {
@@ -330,7 +333,12 @@ fn fault_words(s: &Scenario) -> String {
     }
     let mut words = Vec::new();
     for pair in s.faults.chunks(2) {
+        if let FaultOn::SchedulerRestart = pair[0].on {
+            words.push(format!("the scheduler kill -9ed at {:.1} s and started again at once", pair[0].at_s));
+            continue;
+        }
         let on = match pair[0].on {
+            FaultOn::SchedulerRestart => String::new(),
             FaultOn::Agent(i) => format!("agent {i}'s link"),
             FaultOn::Build(i) => format!("build {i}'s link (its consumerd)"),
             FaultOn::Hub => "the scheduler's link (all traffic)".into(),
@@ -345,26 +353,56 @@ fn fault_words(s: &Scenario) -> String {
     }
 }
 
+/// The scheduler `kill -9`ed at `pcts` of the fault-free build's time and
+/// started again at once, one scenario each.
+fn restart_scenarios(base: &Scenario, fault_free_s: f64, pcts: &[u32]) -> Vec<Scenario> {
+    pcts.iter()
+        .map(|pct| Scenario {
+            name: format!("scheduler-killed-at-{pct}pct"),
+            faults: vec![Fault {
+                at_s: fault_free_s * f64::from(*pct) / 100.0,
+                on: FaultOn::SchedulerRestart,
+                permille: 0,
+            }],
+            ..base.clone()
+        })
+        .collect()
+}
+
 /// Runs the fault scenarios and prints (and writes to `out`) their table:
-/// lost, answered twice, compiled locally, build time against the fault-free
-/// run. (Compiles on agents are not counted here: an agent that reconnects
-/// is a new session, and the scheduler's counters of the old one are gone.)
+/// lost, answered twice, compiled twice (the agents' own counts of compiles
+/// started, which outlive their connections, plus the units compiled
+/// locally, against the units), compiled locally, build time against the
+/// fault-free run. A scheduler restart that compiles any unit twice fails
+/// the run, as a lost or twice-answered unit does anywhere.
 fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>) -> Result<(), String> {
     let mut lines = vec![
-        "| scenario | what was done | lost | answered twice | local | build time | ÷ fault-free |".to_owned(),
-        "|---|---|---|---|---|---|---|".to_owned(),
+        "| scenario | what was done | lost | answered twice | compiled twice | local | build time | ÷ fault-free |"
+            .to_owned(),
+        "|---|---|---|---|---|---|---|---|".to_owned(),
     ];
     let mut free_s = None;
     let mut failures = Vec::new();
-    for s in fault_scenarios(traces) {
+    let mut scenarios: std::collections::VecDeque<Scenario> = fault_scenarios(traces).into();
+    while let Some(s) = scenarios.pop_front() {
         eprintln!("farm: {} ({})", s.name, fault_words(&s));
         let row = run_scenario(&s)?;
         let b = &row.figures.builds[0];
         let lost = b.units.saturating_sub(b.distinct);
         let twice = b.answered.saturating_sub(b.distinct);
-        let base = *free_s.get_or_insert(b.makespan_s);
+        let compiled_twice = (row.figures.machine.agents_started + b.local as u64).saturating_sub(b.units as u64);
+        let base = match free_s {
+            Some(base) => base,
+            None => {
+                // The restarts are timed against the fault-free build.
+                for r in restart_scenarios(&s, b.makespan_s, &[25, 50, 90]).into_iter().rev() {
+                    scenarios.push_front(r);
+                }
+                *free_s.insert(b.makespan_s)
+            }
+        };
         let line = format!(
-            "| {} | {} | {lost} | {twice} | {} | {:.1} s | {:.2}× ({:+.1} s) |",
+            "| {} | {} | {lost} | {twice} | {compiled_twice} | {} | {:.1} s | {:.2}× ({:+.1} s) |",
             s.name,
             fault_words(&s),
             b.local,
@@ -376,6 +414,10 @@ fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>) -> Result<()
         lines.push(line);
         if lost > 0 || twice > 0 || b.failed > 0 || b.size_bad > 0 {
             failures.push(format!("{}: {lost} lost, {twice} answered twice, {} failed", s.name, b.failed));
+        }
+        let restarted = s.faults.iter().any(|f| matches!(f.on, FaultOn::SchedulerRestart));
+        if restarted && compiled_twice > 0 {
+            failures.push(format!("{}: {compiled_twice} units compiled twice", s.name));
         }
     }
     let table = lines.join("\n");
@@ -394,8 +436,10 @@ fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>) -> Result<()
              Written by `cargo bench --bench farm -- faults` (as root) at commit {commit}: one build of 1,000 units drawn from the recorded traces \
              (8 agents × 8 tokens in network namespaces, 0.2 ms RTT), first fault-free, then with each fault \
              starting 3 s in (nftables drops in the host's namespace). Lost: units never answered; answered \
-             twice: a unit with two answers; local: units the consumerd compiled itself (told to, or its \
-             link down). The figures are of one run on a shared 2-core machine.\n\n{table}\n"
+             twice: a unit with two answers; compiled twice: the agents' own counts of compiles started (which \
+             outlive their connections) plus the units compiled locally, less the units; local: units the \
+             consumerd compiled itself (told to, or its link down). The scheduler restarts are timed at 25, 50 \
+             and 90 % of the fault-free build. The figures are of one run on a shared 2-core machine.\n\n{table}\n"
         );
         std::fs::write(out, md).map_err(|e| format!("{}: {e}", out.display()))?;
         eprintln!("farm: wrote {}", out.display());
@@ -648,6 +692,31 @@ fn agents_completed(s: &serde_json::Value) -> u64 {
     s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x["completed"].as_u64()).sum())
 }
 
+/// Compiles the agents say they started since they started (their CPU
+/// samples carry the count, whatever scheduler they report to).
+fn agents_started(s: &serde_json::Value) -> u64 {
+    s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x["tasks_started"].as_u64()).sum())
+}
+
+/// [`agents_started`] once it holds still (samples come every second) and
+/// every agent is connected.
+fn agents_started_settled(hub: &str, tls: &Path, agents: usize) -> Result<u64, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        let st = status(hub, tls)?;
+        let n = agents_started(&st);
+        if agents_joined(&st) == agents && last == Some(n) {
+            return Ok(n);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the agents' counts of compiles started did not settle ({} joined)", agents_joined(&st)));
+        }
+        last = Some(n).filter(|_| agents_joined(&st) == agents);
+        std::thread::sleep(Duration::from_millis(1_200));
+    }
+}
+
 /// Runs one scenario (and, when asked, each distinct build alone after it).
 fn run_scenario(s: &Scenario) -> Result<Row, String> {
     let figures = run_farm(s)?;
@@ -698,15 +767,11 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let mut procs: Vec<Proc> = Vec::new();
     let sched_addr = format!("{}:{SCHEDULER_PORT}", netns::HUB_IP);
     let tls_s = tls.to_string_lossy().into_owned();
-    let mut scheduler = spawn_in(
-        &net.hub,
-        Path::new(CCROUTE),
-        &["scheduler", "--listen", &sched_addr, "--no-cache", "--no-optimizer", "--tls-dir", &tls_s].map(String::from),
-        &w.join("scheduler.log"),
-        true,
-    )?;
+    let scheduler_args =
+        ["scheduler", "--listen", &sched_addr, "--no-cache", "--no-optimizer", "--tls-dir", &tls_s].map(String::from);
+    let mut scheduler = spawn_in(&net.hub, Path::new(CCROUTE), &scheduler_args, &w.join("scheduler.log"), true)?;
     wait_line(&mut scheduler, "ccroute scheduler listening", Duration::from_secs(20))?;
-    let sched_pid = scheduler.pid();
+    let mut sched_pid = scheduler.pid();
     let rss_idle = rss_bytes(sched_pid);
 
     // Every host's link through the relay, with the dilated delay.
@@ -766,6 +831,8 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     }
     let rss_agents = rss_bytes(sched_pid);
     let before = status(&net.hub, &tls)?;
+    let started_before = agents_started_settled(&net.hub, &tls, s.agents)?;
+    let mut restarts = 0;
 
     let t0 = ccroute::host::monotonic_ns() + 3_000_000_000 + s.agents as u64 * 10_000_000;
     let mut clients = Vec::new();
@@ -810,6 +877,15 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
                     FaultOn::Agent(i) => net.set_loss(i, f.permille)?,
                     FaultOn::Build(b) => net.set_loss(s.agents + b, f.permille)?,
                     FaultOn::Hub => net.set_hub_loss(f.permille)?,
+                    FaultOn::SchedulerRestart => {
+                        let _ = scheduler.child.kill();
+                        let _ = scheduler.child.wait();
+                        restarts += 1;
+                        let log = w.join(format!("scheduler-{restarts}.log"));
+                        scheduler = spawn_in(&net.hub, Path::new(CCROUTE), &scheduler_args, &log, true)?;
+                        wait_line(&mut scheduler, "ccroute scheduler listening", Duration::from_secs(20))?;
+                        sched_pid = scheduler.pid();
+                    }
                 }
             }
             rss_peak = rss_peak.max(rss_bytes(sched_pid));
@@ -828,6 +904,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let cpu_after = cpu_seconds(sched_pid);
     let relay_cpu = cpu_seconds(relay_pid) - relay_cpu_before;
     let after = status(&net.hub, &tls)?;
+    let agents_started = agents_started_settled(&net.hub, &tls, s.agents)? - started_before;
     let mut builds = Vec::new();
     for (b, (trace, _)) in s.builds.iter().enumerate() {
         let text = std::fs::read_to_string(w.join(format!("answers-{b}.tsv"))).map_err(|e| e.to_string())?;
@@ -848,6 +925,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             requeued,
             relay_added,
             relay_cpu_s: relay_cpu,
+            agents_started,
         },
     );
     drop(clients);

@@ -124,6 +124,10 @@ pub struct Machine {
     /// The relay's own added round trip, p50 and p99, µs.
     pub relay_added: (u64, u64),
     pub relay_cpu_s: f64,
+    /// Compiles the agents started during the run (their own count,
+    /// across reconnections): with the units compiled locally, more than the
+    /// units means a unit compiled twice.
+    pub agents_started: u64,
 }
 
 /// A run's figures.

@@ -98,6 +98,7 @@ impl Retired {
             intercepted: self.intercepted.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
             requeued: self.requeued.load(Ordering::Relaxed),
+            adopted: 0,
         }
     }
 }

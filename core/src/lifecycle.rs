@@ -317,6 +317,40 @@ impl<J: Job> Interception<J> {
         }
     }
 
+    /// Assigns the task to `agent`, which still runs it (or has finished it)
+    /// under `handle` for an earlier scheduler, with one of the tokens
+    /// reserved for it at the agent's connection. `Ok(true)`: the agent's
+    /// session sends the adoption; `Ok(false)`: the task had ended meanwhile
+    /// (cancelled); `Err(self)`: the agent is gone or has no reservation
+    /// left, and the caller decides (usually [`Interception::proceed`]).
+    ///
+    /// # Errors
+    /// The interception itself, when the agent cannot adopt the task.
+    pub fn adopt(mut self, agent: AgentId, handle: u64) -> Result<bool, Self> {
+        let Some(task) = self.task.clone() else { return Ok(false) };
+        let Some(entry) = self.core.agents.get(&agent) else { return Err(self) };
+        // The token first: one the agent's connection reserved.
+        loop {
+            let r = entry.reserved.load(Ordering::SeqCst);
+            if r == 0 {
+                return Err(self);
+            }
+            if entry.reserved.compare_exchange(r, r - 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                break;
+            }
+        }
+        self.task = None;
+        let s = task.state();
+        if s.phase != Phase::Held || !task.transition(s, State::assigned(agent.0, s.attempt)) {
+            // Cancelled: the token is the agent session's to give back (it
+            // tells the agent to drop what it holds).
+            entry.outbox.push(AgentEvent::Adopt(task, handle));
+            return Ok(false);
+        }
+        entry.outbox.push(AgentEvent::Adopt(task, handle));
+        Ok(true)
+    }
+
     /// Lets the task go on to the next hook and the router.
     pub fn proceed(mut self) {
         if let Some(task) = self.task.take() {

@@ -368,6 +368,9 @@ pub(crate) enum Ending<A> {
 pub(crate) enum AgentEvent<J: Job> {
     Assign(Arc<Task<J>>),
     Cancel(TaskId),
+    /// The task the agent holds under `handle` (from an earlier scheduler)
+    /// is this one; it was assigned to the agent with a reserved token.
+    Adopt(Arc<Task<J>>, u64),
 }
 
 /// A connected agent.
@@ -386,6 +389,14 @@ pub(crate) struct AgentEntry<J: Job> {
     /// Set when a placement took its last free token; the optimizer reads
     /// and clears it once per interval ("all tokens were taken").
     pub(crate) full_seen: AtomicBool,
+    /// Tokens taken at connection for tasks the agent still ran for an
+    /// earlier scheduler, not yet adopted by a task or given back. An
+    /// adoption moves one to its task (a compare-exchange above 0); the
+    /// session's drop takes what is left with one swap, so each is released
+    /// exactly once.
+    pub(crate) reserved: AtomicU32,
+    /// The agent's own count of compiles started, from its last sample.
+    pub(crate) tasks_started: AtomicU64,
 }
 
 /// A connected consumerd.
@@ -434,6 +445,18 @@ pub enum Dispatch<J: Job> {
     /// Stop running this task; still answer it (any outcome) so that its
     /// token comes back.
     Cancel(TaskId),
+    /// The task the agent still runs (or has finished) under `handle`, for
+    /// an earlier scheduler, is this task: the agent answers it under the
+    /// task's id.
+    Adopt {
+        /// The task.
+        task: Arc<Task<J>>,
+        /// The agent's id for it.
+        handle: u64,
+    },
+    /// The task the agent holds under `handle` is wanted no more (its
+    /// adoption raced a cancel): the agent drops it and answers nothing.
+    Abandon(u64),
 }
 
 /// Why a completion was refused.

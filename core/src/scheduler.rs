@@ -42,7 +42,22 @@ impl<J: Job> Scheduler<J> {
     /// tasks at once (its `--jobs`; clamped to `[1, MAX_TOKENS]`, and its
     /// starting token limit). Dropping the session is the agent leaving.
     pub fn connect_agent(&self, peer: PeerInfo, toolchains: &[Toolchain], max_limit: u32) -> AgentSession<J> {
-        AgentSession::connect(&self.core, peer, toolchains, max_limit)
+        AgentSession::connect(&self.core, peer, toolchains, max_limit, 0)
+    }
+
+    /// [`Scheduler::connect_agent`] for an agent that still runs `resumed`
+    /// tasks for an earlier scheduler: that many of its tokens (at most its
+    /// limit) are reserved before any placement sees it, and each moves to
+    /// the task that adopts it ([`crate::Interception::adopt`]) or comes back
+    /// through [`AgentSession::release_reserved`].
+    pub fn connect_agent_resuming(
+        &self,
+        peer: PeerInfo,
+        toolchains: &[Toolchain],
+        max_limit: u32,
+        resumed: u32,
+    ) -> AgentSession<J> {
+        AgentSession::connect(&self.core, peer, toolchains, max_limit, resumed)
     }
 
     /// A consumerd connected, announcing these toolchains. Dropping the
@@ -98,6 +113,7 @@ impl<J: Job> Scheduler<J> {
                 stale: a.counters.stale.get(),
                 lost: a.counters.lost.get(),
                 waiting: a.routes.load().iter().map(|r| r.queued()).sum(),
+                tasks_started: a.tasks_started.load(Ordering::Relaxed),
             })
             .collect();
         out.sort_by_key(|a| a.id);

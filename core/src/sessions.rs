@@ -41,21 +41,36 @@ pub struct AgentSession<J: Job> {
 }
 
 impl<J: Job> AgentSession<J> {
-    pub(crate) fn connect(core: &Arc<Core<J>>, peer: PeerInfo, toolchains: &[Toolchain], max_limit: u32) -> Self {
+    pub(crate) fn connect(
+        core: &Arc<Core<J>>,
+        peer: PeerInfo,
+        toolchains: &[Toolchain],
+        max_limit: u32,
+        resumed: u32,
+    ) -> Self {
         let id = AgentId(core.next_peer_id());
         let max_limit = clamp_limit(max_limit);
+        let tokens = TokenPool::new(max_limit);
+        // Its resumed tasks hold tokens before any placement can see it:
+        // they run on the agent already.
+        let mut reserved = 0;
+        while reserved < resumed && tokens.try_acquire() {
+            reserved += 1;
+        }
         // Fully built — tokens included — before anyone can see it (kubecc B22).
         let entry = Arc::new(AgentEntry {
             id,
             node_id: peer.node_id,
             host_name: peer.host_name,
-            tokens: TokenPool::new(max_limit),
+            tokens,
             max_limit: AtomicU32::new(max_limit),
             outbox: Outbox::new(),
             routes: Snapshot::new(Vec::new()),
             counters: AgentCounters::default(),
             samples: crossbeam_queue::ArrayQueue::new(SAMPLE_RING),
             full_seen: AtomicBool::new(false),
+            reserved: AtomicU32::new(reserved),
+            tasks_started: AtomicU64::new(0),
         });
         core.agents.insert(id, entry.clone());
         let mut session =
@@ -91,9 +106,47 @@ impl<J: Job> AgentSession<J> {
                         return Some(Dispatch::Cancel(id));
                     }
                 }
+                AgentEvent::Adopt(task, handle) => {
+                    let s = task.state();
+                    if s.phase != Phase::Assigned || s.agent != self.entry.id.0 {
+                        // Cancelled since: the agent drops what it holds.
+                        self.entry.tokens.release();
+                        self.core.router.serve_routes_of(&self.entry, &*self.core);
+                        return Some(Dispatch::Abandon(handle));
+                    }
+                    self.outstanding.insert(task.id, (task.clone(), s.attempt));
+                    self.entry.counters.assigned.bump();
+                    return Some(Dispatch::Adopt { task, handle });
+                }
             }
         }
         None
+    }
+
+    /// Gives back `n` of the tokens reserved at connection for resumed
+    /// tasks that no consumerd sent again (the agent is told to drop them).
+    /// Returns how many were still reserved and given back.
+    pub fn release_reserved(&self, n: u32) -> u32 {
+        let mut given = 0;
+        while given < n {
+            let r = self.entry.reserved.load(Ordering::SeqCst);
+            if r == 0 {
+                break;
+            }
+            if self.entry.reserved.compare_exchange(r, r - 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                self.entry.tokens.release();
+                given += 1;
+            }
+        }
+        if given > 0 {
+            self.core.router.serve_routes(&self.routes, &*self.core);
+        }
+        given
+    }
+
+    /// Tokens still reserved for resumed tasks.
+    pub fn reserved(&self) -> u32 {
+        self.entry.reserved.load(Ordering::SeqCst)
     }
 
     /// Wakes `waker` when there is something to poll. Poll once more after
@@ -185,6 +238,8 @@ impl<J: Job> AgentSession<J> {
 
     /// Records a CPU sample for the optimizer, dropping the oldest when full.
     pub fn push_sample(&self, sample: CpuSample) {
+        // Relaxed: a gauge for status pages.
+        self.entry.tasks_started.store(sample.tasks_started, Ordering::Relaxed);
         self.entry.samples.force_push(sample);
     }
 
@@ -211,12 +266,18 @@ impl<J: Job> Drop for AgentSession<J> {
         }
         entry.routes.update(|_| Vec::new());
         self.core.agents.remove(&entry.id);
+        // Reservations no adoption took: one swap, so that an adoption
+        // racing this drop either took its token before (and pushed its
+        // event, collected below) or finds none.
+        for _ in 0..entry.reserved.swap(0, Ordering::SeqCst) {
+            entry.tokens.release();
+        }
         // Collect every assignment: those sent, and those still in the
         // outbox. A placement that took a token before the pool closed may
         // not have pushed yet; `in_use` reaching 0 says every one has.
         loop {
             while let Some(event) = entry.outbox.pop() {
-                if let AgentEvent::Assign(task) = event {
+                if let AgentEvent::Assign(task) | AgentEvent::Adopt(task, _) = event {
                     let s = task.state();
                     if s.phase == Phase::Assigned && s.agent == entry.id.0 {
                         self.outstanding.insert(task.id, (task, s.attempt));

@@ -47,6 +47,8 @@ pub struct AgentSnapshot {
     pub lost: u64,
     /// Tasks waiting on its routes.
     pub waiting: usize,
+    /// Compiles it says it started since it started (its last CPU sample).
+    pub tasks_started: u64,
 }
 
 /// One consumerd, for status pages and the optimizer.

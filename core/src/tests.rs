@@ -746,3 +746,103 @@ fn b22_agents_joining_while_tasks_arrive_are_ready_when_seen() {
     }
     assert_eq!(done, 200);
 }
+
+fn holder() -> Arc<Recorder> {
+    let rec =
+        Arc::new(Recorder { mode: Mutex::new(HashMap::new()), held: Mutex::new(vec![]), ends: AtomicUsize::new(0) });
+    rec.mode.lock().unwrap().insert(1, "hold");
+    rec
+}
+
+fn take_held(rec: &Recorder) -> Interception<TestJob> {
+    let mut held = rec.held.lock().unwrap();
+    assert_eq!(held.len(), 1, "one task held");
+    held.remove(0)
+}
+
+/// An agent that still runs a task for an earlier scheduler connects with a
+/// token reserved for it; the resumed task is adopted with that token, the
+/// agent answers it, and the consumerd gets that one answer.
+#[test]
+fn a_resumed_task_is_adopted_by_the_agent_that_holds_it() {
+    let rec = holder();
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec.clone()]);
+    let mut agent = s.connect_agent_resuming(peer(1), &[tc("gcc")], 2, 1);
+    assert_eq!(agent.reserved(), 1);
+    assert_eq!(s.agents()[0].tokens_in_use, 1, "reserved before anything is placed");
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    // Body 1 is held by the hook (the resumed task); body 2 is an ordinary one.
+    cd.submit(10, tc("gcc").key(), 1).unwrap();
+    cd.submit(11, tc("gcc").key(), 2).unwrap();
+    cd.submit(12, tc("gcc").key(), 2).unwrap();
+    assert_eq!(assigned(&mut agent).len(), 1, "one free token besides the reserved one");
+    assert_eq!(take_held(&rec).adopt(agent.id(), 1 << 63 | 5).ok(), Some(true));
+    assert_eq!(agent.reserved(), 0);
+    let Some(Dispatch::Adopt { task, handle }) = agent.poll() else { panic!("no adoption") };
+    assert_eq!((handle, *task.body()), (1 << 63 | 5, 1));
+    agent.complete(task.id(), true).unwrap();
+    let a = answers(&mut cd);
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].client_id, &a[0].reply), (10, &Reply::Done(true)));
+    // Its token served the task that waited.
+    assert_eq!(assigned(&mut agent).len(), 1);
+}
+
+/// A resumed task cancelled while its adoption is on the way: the agent is
+/// told to drop what it holds, nothing is answered, and the token comes back.
+#[test]
+fn an_adoption_that_races_a_cancel_gives_its_token_back() {
+    let rec = holder();
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec.clone()]);
+    let mut agent = s.connect_agent_resuming(peer(1), &[tc("gcc")], 2, 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(10, tc("gcc").key(), 1).unwrap();
+    let held = take_held(&rec);
+    assert!(cd.cancel(10));
+    // Cancelled before the adoption: it says so and keeps the reservation.
+    assert_eq!(held.adopt(agent.id(), 7).ok(), Some(false));
+    assert!(matches!(agent.poll(), Some(Dispatch::Abandon(7))));
+    assert!(agent.poll().is_none());
+    assert_eq!(s.agents()[0].tokens_in_use, 0);
+    assert!(answers(&mut cd).is_empty());
+}
+
+/// An agent that leaves holding an adopted task has it placed again, like
+/// any task it held; reservations nobody adopted come back with it.
+#[test]
+fn an_agent_lost_after_adopting_has_the_task_placed_again() {
+    let rec = holder();
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec.clone()]);
+    let agent = s.connect_agent_resuming(peer(1), &[tc("gcc")], 4, 3);
+    let mut other = s.connect_agent(peer(3), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(10, tc("gcc").key(), 1).unwrap();
+    assert_eq!(take_held(&rec).adopt(agent.id(), 9).ok(), Some(true));
+    drop(agent);
+    let placed = body_of(&mut other);
+    assert_eq!(placed.iter().map(|x| x.1).collect::<Vec<_>>(), vec![1], "placed again on the other agent");
+    other.complete(placed[0].0, true).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert_eq!(s.agents()[0].tokens_in_use, 0);
+}
+
+/// Reservations no consumerd claimed are given back, and their tokens serve
+/// waiting tasks; an agent gone or without a reservation cannot adopt.
+#[test]
+fn unclaimed_reservations_come_back_and_adoption_needs_one() {
+    let rec = holder();
+    let s: S = Scheduler::with_hooks(Config::default(), vec![rec.clone()]);
+    let mut agent = s.connect_agent_resuming(peer(1), &[tc("gcc")], 2, 5);
+    assert_eq!(agent.reserved(), 2, "no more than its limit");
+    let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
+    cd.submit(11, tc("gcc").key(), 2).unwrap();
+    assert!(assigned(&mut agent).is_empty(), "every token reserved");
+    assert_eq!(agent.release_reserved(5), 2);
+    assert_eq!(assigned(&mut agent).len(), 1, "a released token serves the waiting task");
+    cd.submit(10, tc("gcc").key(), 1).unwrap();
+    let held = take_held(&rec);
+    let Err(held) = held.adopt(agent.id(), 3) else { panic!("adopted without a reservation") };
+    let Err(held) = held.adopt(AgentId(999), 3) else { panic!("adopted by an agent that is not there") };
+    held.proceed();
+    assert_eq!(assigned(&mut agent).len(), 1, "placed like any task");
+}

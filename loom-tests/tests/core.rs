@@ -385,3 +385,62 @@ fn canary_a_racy_counter_is_caught() {
     });
     let _ = StdOrdering::SeqCst;
 }
+
+/// Holds the first task it sees, as the scheduler's resume hook holds a
+/// resumed task until an agent that still runs it is known.
+struct HoldFirst {
+    held: std::sync::Mutex<Option<ccroute_core::Interception<J>>>,
+    ends: AtomicUsize,
+}
+
+impl Hook<J> for HoldFirst {
+    fn pre_receive(&self, task: &TaskRef<'_, J>) -> HookAction {
+        let mut held = self.held.lock().unwrap();
+        if held.is_none() {
+            *held = task.intercept();
+            return HookAction::RequestIntercepted;
+        }
+        HookAction::ProcessRequestNormally
+    }
+    fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+        self.ends.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// (b) A restarted scheduler adopts a resumed task onto the agent that holds
+/// it while that agent disconnects: the reserved token moves to the task
+/// exactly once and comes back exactly once, and the task is answered once —
+/// by the other agent when the adoption lost, by nobody twice.
+#[test]
+fn an_adoption_racing_the_agent_leaving_ends_the_task_once() {
+    model(|| {
+        let hook = std::sync::Arc::new(HoldFirst { held: std::sync::Mutex::new(None), ends: AtomicUsize::new(0) });
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![hook.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let holder = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        let mut other = s.connect_agent(peer(3), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let held = hook.held.lock().unwrap().take().expect("held");
+        let agent = holder.id();
+        let a = thread::spawn(move || match held.adopt(agent, 1 << 63) {
+            Ok(_) => {}
+            Err(held) => held.proceed(),
+        });
+        let d = thread::spawn(move || drop(holder));
+        a.join().unwrap();
+        d.join().unwrap();
+        while let Some(d) = other.poll() {
+            if let Dispatch::Assign(t) = d {
+                let id = t.id();
+                drop(t);
+                other.complete(id, true).unwrap();
+            }
+        }
+        assert!(cd.poll_answer().is_some(), "the task was never answered");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(hook.ends.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|a| a.tokens_in_use == 0), "token leaked");
+        drop(other);
+        drop(cd);
+    });
+}

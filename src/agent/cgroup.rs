@@ -553,9 +553,9 @@ mod tests {
         assert_eq!(procs.split_whitespace().count(), 2, "{procs}");
 
         let mut sampler = CpuSampler::for_cgroup(cg.cpu_cgroup().clone());
-        let before = sampler.sample(2);
+        let before = sampler.sample(2, 0);
         thread::sleep(Duration::from_secs(2));
-        let after = sampler.sample(2);
+        let after = sampler.sample(2, 0);
 
         assert_eq!(after.quota_us, Some(50_000));
         assert_eq!(after.period_us, CFS_PERIOD_US);

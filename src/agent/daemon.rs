@@ -9,8 +9,9 @@
 //! its own scratch directory through the [`Executor`] (allow-list first,
 //! nothing written or run before it passes); a cancel from the scheduler
 //! kills the compiler's process group and still answers, so that its token
-//! comes back. When the connection drops, every running compile is killed:
-//! the scheduler has already placed those tasks elsewhere.
+//! comes back. When the connection drops, the compiles go on and what they
+//! produce is kept: the next scheduler adopts what its consumerds still
+//! want ([`super::work`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,13 +20,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{Frame, HelloBody, Message, Outcome, ResultHeader, Role, TaskHeader, Toolchain};
+use ccroute_wire::{Frame, HelloBody, Message, Role, Toolchain};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::executor::{ExecTask, Executor, ExecutorConfig, ExecutorError};
+use super::executor::{Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
 use super::shipped::{self, Sandbox, Shipping, Store};
+use super::work::Work;
 use crate::net::tls::{self, CertRole};
 use crate::net::{self, Identity, NetError, TransportOptions};
 use crate::toolchain::{discover, test_toolchain};
@@ -154,6 +156,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         packages,
         ..ExecutorConfig::default()
     })?);
+    let mut work = Work::new(executor);
     let mut sampler = CpuSampler::new();
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
@@ -162,7 +165,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         let started = Instant::now();
         // Dialling knocks for as long as nothing answers: shutdown stops it.
         let dialled = tokio::select! {
-            d = connect(&config, &identity, &toolchains, &shipping_state) => d,
+            d = connect(&config, &identity, &toolchains, &shipping_state, work.resumable()) => d,
             () = shutdown.cancelled() => break,
         };
         let pause = match dialled {
@@ -170,9 +173,18 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
                 tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
                 last_error = None;
                 let connected = Instant::now();
-                let lost = serve(&conn, writer, reader, &executor, &mut sampler, &shutdown).await;
+                let lost = serve(&conn, writer, reader, &mut work, &mut sampler, &shutdown).await;
                 match lost {
-                    Some(e) => tracing::warn!(scheduler = %config.scheduler, error = %e, "scheduler connection lost"),
+                    Some(e) => {
+                        work.orphan();
+                        tracing::warn!(
+                            scheduler = %config.scheduler,
+                            error = %e,
+                            running = work.running(),
+                            kept = work.held(),
+                            "scheduler connection lost; compiles go on, for the next scheduler to adopt"
+                        );
+                    }
                     None => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
                 }
                 backoff.after_lost(connected.elapsed())
@@ -213,6 +225,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
             () = shutdown.cancelled() => {}
         }
     }
+    work.stop();
     Ok(())
 }
 
@@ -309,6 +322,7 @@ async fn connect(
     identity: &Identity,
     toolchains: &[Toolchain],
     shipping: &ccroute_wire::Shipping,
+    resumed: Vec<ccroute_wire::ResumedTask>,
 ) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
     let body = HelloBody {
         role: Role::Agent,
@@ -318,6 +332,7 @@ async fn connect(
         toolchains: toolchains.to_vec(),
         usage_limit: config.jobs,
         shipping: shipping.clone(),
+        resumed,
     };
     let (conn, writer, reader, welcome) = net::dial(identity, &config.transport, config.scheduler, body).await?;
     Ok((conn, writer, reader, welcome.limit))
@@ -328,15 +343,11 @@ async fn serve(
     conn: &quinn::Connection,
     writer: net::FrameWriter,
     mut reader: net::FrameReader,
-    executor: &Arc<Executor>,
+    work: &mut Work,
     sampler: &mut CpuSampler,
     shutdown: &CancellationToken,
 ) -> Option<String> {
     let mut uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
-    let mut running: HashMap<u64, CancellationToken> = HashMap::new();
-    // Each compile's task id by its tokio task, for one that panics.
-    let mut ids: HashMap<tokio::task::Id, u64> = HashMap::new();
-    let mut compiles: JoinSet<(ResultHeader, Bytes)> = JoinSet::new();
     let mut senders = JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -356,18 +367,7 @@ async fn serve(
                     continue;
                 }
             },
-            Some(done) = compiles.join_next_with_id(), if !compiles.is_empty() => {
-                let (tokio_id, (mut header, object)) = match done {
-                    Ok(x) => x,
-                    // Not a lost answer: the scheduler gets one, and its token back.
-                    Err(e) => {
-                        let why = Outcome::InternalError(format!("the compile failed: {e}"));
-                        (e.id(), (ResultHeader::bare(0, why), Bytes::new()))
-                    }
-                };
-                let Some(id) = ids.remove(&tokio_id) else { continue };
-                running.remove(&id);
-                header.task_id = id;
+            Some((header, object)) = work.next_finished() => {
                 if let Err(e) = net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await {
                     break Some(e.to_string());
                 }
@@ -375,7 +375,8 @@ async fn serve(
             }
             Some(_) = senders.join_next(), if !senders.is_empty() => continue,
             _ = tick.tick() => {
-                let sample = sampler.sample(executor.running());
+                let executor = work.executor();
+                let sample = sampler.sample(executor.running(), executor.started());
                 if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {
                     break Some(e.to_string());
                 }
@@ -385,51 +386,25 @@ async fn serve(
             () = shutdown.cancelled() => break None,
         };
         match frame.message {
-            Message::Task(header) => {
-                let (id, tokio_id) = start(conn, executor, &mut running, &mut compiles, header, frame.payload);
-                ids.insert(tokio_id, id);
-            }
-            Message::Cancel(c) => {
-                if let Some(token) = running.get(&c.task_id) {
-                    token.cancel();
+            Message::Task(header) => work.start(header, frame.payload, Some(conn.clone())),
+            Message::Cancel(c) => work.cancel(c.task_id),
+            Message::Adopt(a) => {
+                if let Some((header, object)) = work.adopt(a.handle, a.task_id) {
+                    if let Err(e) =
+                        net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await
+                    {
+                        break Some(e.to_string());
+                    }
                 }
             }
             Message::UsageLimit(u) => tracing::debug!(limit = u.limit, "token limit"),
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
     };
-    for token in running.values() {
-        token.cancel();
+    if lost.is_none() {
+        work.stop();
     }
-    compiles.abort_all();
+    // Results still being written on streams of their own are in `recent`.
     senders.abort_all();
     lost
-}
-
-/// Starts one compile; returns its task id and its tokio task's.
-fn start(
-    conn: &quinn::Connection,
-    executor: &Arc<Executor>,
-    running: &mut HashMap<u64, CancellationToken>,
-    compiles: &mut JoinSet<(ResultHeader, Bytes)>,
-    header: TaskHeader,
-    source: Bytes,
-) -> (u64, tokio::task::Id) {
-    let id = header.task_id;
-    let token = CancellationToken::new();
-    running.insert(id, token.clone());
-    let executor = executor.clone();
-    let task = ExecTask {
-        task_id: id,
-        toolchain: header.toolchain,
-        fetch: Some(conn.clone()),
-        spec: header.spec,
-        payload: header.payload,
-        source,
-    };
-    let handle = compiles.spawn(async move {
-        let result = executor.run(task, token).await;
-        (result.header, result.object)
-    });
-    (id, handle.id())
 }

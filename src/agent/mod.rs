@@ -10,3 +10,5 @@ pub mod executor;
 pub mod sampler;
 #[cfg(feature = "daemon")]
 pub mod shipped;
+#[cfg(feature = "daemon")]
+pub mod work;

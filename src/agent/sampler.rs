@@ -100,12 +100,13 @@ impl CpuSampler {
 
     /// Takes one sample; `tasks_running` is passed through. Never fails: what
     /// cannot be read is reported as zero or `None`.
-    pub fn sample(&mut self, tasks_running: u32) -> CpuSample {
+    pub fn sample(&mut self, tasks_running: u32, tasks_started: u64) -> CpuSample {
         let Self { source, pressure, failing } = self;
         let mut s = CpuSample {
             wall_ns: crate::host::monotonic_ns(),
             online_cpus: sys::online_cpus(),
             tasks_running,
+            tasks_started,
             ..CpuSample::default()
         };
         match source {
@@ -494,7 +495,7 @@ mod tests {
         write(d, "cpu.cfs_period_us", "100000\n");
         write(d, "cpuacct.usage", "987654321\n");
         let mut s = CpuSampler::for_cgroup(CpuCgroup::V1 { cpu: d.into(), cpuacct: Some(d.into()) });
-        let a = s.sample(3);
+        let a = s.sample(3, 0);
         assert_eq!(
             (a.usage_ns, a.quota_us, a.period_us, a.nr_periods, a.nr_throttled, a.throttled_ns, a.tasks_running),
             (987_654_321, Some(150_000), 100_000, 40, 9, 1200, 3)
@@ -503,14 +504,14 @@ mod tests {
 
         fs::remove_file(d.join("cpu.stat")).unwrap();
         write(d, "cpuacct.usage", "garbage");
-        let b = s.sample(0);
+        let b = s.sample(0, 0);
         assert_eq!((b.usage_ns, b.nr_periods, b.nr_throttled, b.throttled_ns), (0, 0, 0, 0));
         assert_eq!(b.quota_us, Some(150_000));
         assert!(b.wall_ns >= a.wall_ns);
         assert!(!s.failing.failed(File::Stat) && !s.failing.failed(File::Usage), "both outages recorded");
 
         write(d, "cpu.stat", "nr_periods 41\nnr_throttled 9\nthrottled_time 1300\n");
-        assert_eq!(s.sample(0).nr_periods, 41);
+        assert_eq!(s.sample(0, 0).nr_periods, 41);
     }
 
     #[test]
@@ -521,14 +522,14 @@ mod tests {
         write(d, "cpu.max", "50000 100000\n");
         write(d, "cpu.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=77\n");
         let mut s = CpuSampler::for_cgroup(CpuCgroup::V2 { dir: d.into() });
-        let a = s.sample(1);
+        let a = s.sample(1, 0);
         assert_eq!(
             (a.usage_ns, a.quota_us, a.period_us, a.nr_periods, a.nr_throttled, a.throttled_ns, a.pressure_some_us),
             (2_000_000, Some(50_000), 100_000, 5, 2, 30_000, Some(77))
         );
         fs::remove_file(d.join("cpu.max")).unwrap();
         fs::remove_file(d.join("cpu.pressure")).unwrap();
-        let b = s.sample(1);
+        let b = s.sample(1, 0);
         assert_eq!((b.quota_us, b.period_us, b.pressure_some_us), (None, 0, None));
         assert_eq!(b.usage_ns, 2_000_000);
     }
@@ -559,7 +560,7 @@ mod tests {
     #[test]
     fn live_samples_move_forward() {
         let mut sampler = CpuSampler::new();
-        let first = sampler.sample(0);
+        let first = sampler.sample(0, 0);
         assert!(first.online_cpus >= 1);
         assert!(first.wall_ns > 0);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -568,7 +569,7 @@ mod tests {
             for i in 0..200_000u64 {
                 x = black_box(x.wrapping_mul(31).wrapping_add(i));
             }
-            let s = sampler.sample(1);
+            let s = sampler.sample(1, 0);
             assert!(s.wall_ns >= first.wall_ns);
             assert!(s.usage_ns >= first.usage_ns, "usage went back: {first:?} {s:?}");
             if s.usage_ns >= first.usage_ns + 20_000_000 {

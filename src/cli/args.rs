@@ -122,6 +122,10 @@ pub struct SchedulerArgs {
     /// No result cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off unless given),
+    /// e.g. 0.0.0.0:9300.
+    #[arg(long, env = "CCROUTE_METRICS")]
+    pub metrics: Option<String>,
 }
 
 /// `ccroute agent`.

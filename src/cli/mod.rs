@@ -182,6 +182,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     let identity = load_identity(&args::tls_dir(&a.tls, &file), CertRole::Scheduler)?;
     let mut config = crate::scheduler::ServerConfig::new(listen, identity);
     config.payload_budget = a.payload_budget;
+    config.metrics = a.metrics.as_deref().map(args::parse_addr).transpose()?;
     config.transport = TransportOptions {
         idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
         ..TransportOptions::default()
@@ -207,6 +208,9 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     let server = crate::scheduler::Server::bind(config).await?;
     // Scripts and tests read the bound address (port 0 resolved) from here.
     println!("ccroute scheduler listening on {}", server.local_addr()?);
+    if let Some(addr) = server.metrics_addr() {
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
     server.serve(signals()).await;
     Ok(())
 }

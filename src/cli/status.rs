@@ -42,6 +42,7 @@ pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport
             toolchains: vec![],
             usage_limit: 0,
             shipping: ccroute_wire::Shipping::Off,
+            resumed: Vec::new(),
         },
     };
     let (writer, mut reader, _) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
@@ -189,8 +190,8 @@ pub fn render(r: &StatusReport) -> String {
     let t = &r.totals;
     let _ = writeln!(
         out,
-        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again",
-        t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued
+        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again, {} adopted after a restart",
+        t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued, t.adopted
     );
     if let Some(cache) = &r.cache {
         let _ = writeln!(

@@ -6,7 +6,11 @@
 //! (`net::knock`); after a refusal or a connection that ended early,
 //! exponential backoff (0.5 s, ×√2, at most 5 s, with jitter; reset after
 //! 10 s connected). While it is down the remote window is 0 and
-//! every job runs locally; a job in flight when it drops runs locally too.
+//! every job runs locally. A job in flight when it drops waits up to
+//! [`RESUME_GRACE`] for the link to come back, and is then sent again,
+//! marked resumed, with its source: a restarted scheduler gives it to the
+//! agent that still runs it (`scheduler/resume.rs`), so nothing is compiled
+//! twice. Past the grace it runs locally.
 //!
 //! A job becomes a task: its toolchain key, its cache key (when the result
 //! may be cached), its encoded spec, and the preprocessed text compressed.
@@ -47,6 +51,11 @@ const DEMAND_EVERY: Duration = Duration::from_millis(100);
 /// After the scheduler said no agent takes a toolchain's inputs, units of
 /// it go as text for this long before inputs are tried again.
 const INPUTS_RETRY: Duration = Duration::from_secs(10);
+/// How long tasks in flight wait for a lost scheduler connection to come
+/// back before they compile here. A restarted scheduler has its peers back
+/// within about a second of listening; one that stays away costs a build
+/// this much more (after its idle timeout) than compiling at once would.
+pub const RESUME_GRACE: Duration = Duration::from_secs(3);
 
 /// Where and how to reach the scheduler.
 #[derive(Debug, Clone)]
@@ -80,6 +89,14 @@ impl LinkConfig {
 
 type Waiter = oneshot::Sender<Result<Compiled, RemoteError>>;
 
+/// A task sent and not answered: who waits, and what to send again if the
+/// connection is lost (the header and the compressed source, shared).
+struct Pending {
+    waiter: Waiter,
+    header: TaskHeader,
+    payload: Bytes,
+}
+
 struct Connected {
     conn: quinn::Connection,
     writer: net::FrameWriter,
@@ -88,7 +105,7 @@ struct Connected {
 struct Inner {
     window: watch::Sender<u32>,
     current: Mutex<Option<Arc<Connected>>>,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     /// Toolchains seen in jobs, announced to each new connection.
     toolchains: Mutex<Vec<Toolchain>>,
@@ -149,12 +166,12 @@ impl Remote for Link {
     }
 }
 
-/// Unregisters a task and cancels it on the scheduler if its job is dropped
-/// before its answer came.
+/// Unregisters a task and cancels it on the scheduler (the one connected
+/// now: it may have been sent again since) if its job is dropped before its
+/// answer came.
 struct Registration {
     inner: Arc<Inner>,
     id: u64,
-    conn: Arc<Connected>,
     answered: bool,
 }
 
@@ -165,8 +182,10 @@ impl Drop for Registration {
         }
         self.inner.supply.forget(self.id);
         if lock(&self.inner.pending).remove(&self.id).is_some() {
-            let cancel = Message::Cancel(Cancel { task_id: self.id });
-            let _ = self.conn.writer.try_send(net::Outgoing::Frame { message: cancel, payload: Bytes::new() });
+            if let Some(conn) = lock(&self.inner.current).clone() {
+                let cancel = Message::Cancel(Cancel { task_id: self.id });
+                let _ = conn.writer.try_send(net::Outgoing::Frame { message: cancel, payload: Bytes::new() });
+            }
         }
     }
 }
@@ -230,7 +249,16 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
     } else {
         prepare()
     };
-    let header = TaskHeader { task_id: 0, toolchain, cache_key: key, spec, payload: info, inputs: false };
+    let header = TaskHeader {
+        task_id: 0,
+        toolchain,
+        cache_key: key,
+        spec,
+        payload: info,
+        inputs: false,
+        origin: None,
+        resumed: false,
+    };
     let compiled = submit(&inner, &conn, header, packed, None).await?;
     Ok(Compiled { text_because, ..compiled })
 }
@@ -259,8 +287,16 @@ async fn compile_inputs(
     // Over the spec (command, input paths and digests) and no text: what the
     // agent verifies as it materialises each input.
     let key = job.cacheable.then(|| cache_key(twin, &spec, &[]));
-    let header =
-        TaskHeader { task_id: 0, toolchain: twin, cache_key: key, spec, payload: PayloadInfo::EMPTY, inputs: true };
+    let header = TaskHeader {
+        task_id: 0,
+        toolchain: twin,
+        cache_key: key,
+        spec,
+        payload: PayloadInfo::EMPTY,
+        inputs: true,
+        origin: None,
+        resumed: false,
+    };
     submit(inner, conn, header, Bytes::new(), Some(inputs.sources.clone())).await
 }
 
@@ -277,27 +313,73 @@ async fn submit(
     header.task_id = id;
     let (tx, rx) = oneshot::channel();
     // Registered before it is sent: the answer may come back at once.
-    lock(&inner.pending).insert(id, tx);
+    let kept = Pending { waiter: tx, header: header.clone(), payload: packed.clone() };
+    lock(&inner.pending).insert(id, kept);
     if let Some(sources) = sources {
         inner.supply.register(id, sources);
     }
-    let mut registration = Registration { inner: inner.clone(), id, conn: conn.clone(), answered: false };
+    let mut registration = Registration { inner: inner.clone(), id, answered: false };
     let bytes = (header.spec.len() + packed.len() + TASK_FRAME_OVERHEAD) as u64;
     let counter = if header.inputs { &inner.stats.inputs_task_bytes } else { &inner.stats.text_task_bytes };
     // Relaxed: a display counter.
     counter.fetch_add(bytes, Ordering::Relaxed);
-    let sent = if packed.len() <= INLINE_PAYLOAD_MAX {
-        conn.writer.send(Message::Task(header), packed).await
-    } else {
-        net::send_on_new_stream(&conn.conn, &Message::Task(header), packed).await
-    };
-    if let Err(e) = sent {
+    if let Err(e) = send_task(conn, header, packed).await {
         return Err(RemoteError::Send(e));
     }
     let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
     inner.supply.forget(id);
     answer
+}
+
+/// Sends one task: a small source inline, a large one on a stream of its own.
+async fn send_task(conn: &Connected, header: TaskHeader, packed: Bytes) -> Result<(), NetError> {
+    if packed.len() <= INLINE_PAYLOAD_MAX {
+        conn.writer.send(Message::Task(header), packed).await
+    } else {
+        net::send_on_new_stream(&conn.conn, &Message::Task(header), packed).await
+    }
+}
+
+/// Answers every task in flight "connection lost" (each then compiles here).
+fn fail_pending(inner: &Inner) {
+    let lost: Vec<Pending> = lock(&inner.pending).drain().map(|(_, p)| p).collect();
+    if !lost.is_empty() {
+        tracing::warn!(
+            tasks = lost.len(),
+            grace = ?RESUME_GRACE,
+            "the scheduler did not come back within the grace; compiling the tasks in flight here"
+        );
+    }
+    for p in lost {
+        let _ = p.waiter.send(Err(RemoteError::ConnectionLost));
+    }
+}
+
+/// Sends every task in flight again on a new connection, marked resumed.
+async fn resend_pending(inner: &Inner, conn: &Connected) {
+    let again: Vec<(TaskHeader, Bytes)> = lock(&inner.pending)
+        .values()
+        .map(|p| (TaskHeader { resumed: true, ..p.header.clone() }, p.payload.clone()))
+        .collect();
+    if again.is_empty() {
+        return;
+    }
+    tracing::info!(tasks = again.len(), "sending the tasks in flight again to the scheduler");
+    for (header, payload) in again {
+        if let Err(e) = send_task(conn, header, payload).await {
+            tracing::debug!(error = %e, "a task could not be sent again");
+            return;
+        }
+    }
+}
+
+/// Waits until `deadline`, or forever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Tells the scheduler about a toolchain the first time a job uses it, so
@@ -346,18 +428,27 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, RemoteEr
 async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>, shutdown: CancellationToken) {
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
+    // While the connection is lost with tasks in flight: when they stop waiting for it.
+    let mut grace: Option<tokio::time::Instant> = None;
     while !shutdown.is_cancelled() {
         let started = Instant::now();
         // Dialling knocks for as long as nothing answers: shutdown stops it.
         let dialled = tokio::select! {
             d = connect(&inner, &config) => d,
+            () = until(grace) => {
+                grace = None;
+                fail_pending(&inner);
+                continue;
+            }
             () = shutdown.cancelled() => break,
         };
         let pause = match dialled {
             Ok((conn, reader, welcome_limit)) => {
                 tracing::info!(scheduler = %config.scheduler, limit = welcome_limit, "connected to the scheduler");
                 last_error = None;
+                grace = None;
                 let connected = Instant::now();
+                resend_pending(&inner, &conn).await;
                 inner.window.send_replace(welcome_limit);
                 tokio::select! {
                     () = serve(&inner, &conn, reader, &stats) => {}
@@ -368,13 +459,20 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 *lock(&inner.current) = None;
                 inner.window.send_replace(0);
                 lock(&inner.announced).clear();
-                let lost: Vec<Waiter> = lock(&inner.pending).drain().map(|(_, w)| w).collect();
-                for w in lost {
-                    let _ = w.send(Err(RemoteError::ConnectionLost));
-                }
                 conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
-                if !shutdown.is_cancelled() {
-                    tracing::warn!(scheduler = %config.scheduler, error = %why, "scheduler connection ended; compiling locally until it is back");
+                let in_flight = lock(&inner.pending).len();
+                if shutdown.is_cancelled() {
+                    fail_pending(&inner);
+                } else {
+                    if in_flight > 0 {
+                        grace = Some(tokio::time::Instant::now() + RESUME_GRACE);
+                    }
+                    tracing::warn!(
+                        scheduler = %config.scheduler,
+                        error = %why,
+                        in_flight,
+                        "scheduler connection ended; new jobs compile locally until it is back, those in flight wait {RESUME_GRACE:?} for it"
+                    );
                 }
                 backoff.after_lost(connected.elapsed())
             }
@@ -400,9 +498,14 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
         };
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
+            () = until(grace) => {
+                grace = None;
+                fail_pending(&inner);
+            }
             () = shutdown.cancelled() => {}
         }
     }
+    fail_pending(&inner);
 }
 
 async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connected>, net::FrameReader, u32), NetError> {
@@ -416,6 +519,7 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
         toolchains,
         usage_limit: 0,
         shipping: ccroute_wire::Shipping::Off,
+        resumed: Vec::new(),
     };
     let (conn, writer, reader, welcome) =
         net::dial(&config.identity, &config.transport, config.scheduler, body).await?;
@@ -485,8 +589,8 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
             Message::TaskResult(header) => {
                 let waiter = lock(&inner.pending).remove(&header.task_id);
                 tracing::trace!(task = header.task_id, waited = waiter.is_some(), "result");
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(to_compiled(header, &frame.payload));
+                if let Some(p) = waiter {
+                    let _ = p.waiter.send(to_compiled(header, &frame.payload));
                 }
             }
             Message::PreferredRemoteLimit(l) => {

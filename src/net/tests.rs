@@ -65,6 +65,7 @@ fn hello(role: Role, version: u32) -> Hello {
             toolchains: vec![],
             usage_limit: 0,
             shipping: ccroute_wire::Shipping::Off,
+            resumed: Vec::new(),
         },
     }
 }
@@ -111,6 +112,8 @@ fn task(id: u64, payload_len: usize) -> Message {
         spec: Bytes::from_static(b"spec"),
         payload: PayloadInfo { len: payload_len as u64, raw_len: payload_len as u64, compression: Compression::None },
         inputs: false,
+        origin: None,
+        resumed: false,
     })
 }
 

@@ -48,6 +48,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
     let mut totals = s.totals();
     totals.retried += state.counters.over_budget.load(Ordering::Relaxed);
     totals.requests += state.counters.over_budget.load(Ordering::Relaxed);
+    totals.adopted = state.resumes.counts().0;
     StatusReport {
         scheduler_id: state.id,
         uptime_s: state.started.elapsed().as_secs(),
@@ -81,6 +82,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                     throttled: d.and_then(|d| d.throttled).unwrap_or(0.0) as f32,
                     last_decision: d.map(|d| d.reason.clone()).unwrap_or_default(),
                     shipping: state.shipping.agent_state(a.node_id),
+                    tasks_started: a.tasks_started,
                 }
             })
             .collect(),

@@ -9,11 +9,12 @@
 //! payload budget is reserved before it is read. When the connection ends,
 //! dropping the session places everything the agent held again.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{Cancel, Frame, Hello, Message, TaskHeader, UsageLimit, Welcome};
+use ccroute_wire::{Adopt, Cancel, Frame, Hello, Message, Origin, ResumedTask, TaskHeader, UsageLimit, Welcome};
 use tokio::task::JoinSet;
 
 use super::cache_hook::CacheLookup;
@@ -38,7 +39,14 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     let generation = *supplied.borrow_and_update();
     let served = if ships { state.shipping.served_by(&arch, &native) } else { native.clone() };
     state.shipping.set_agent(node, hello.body.shipping.clone(), &arch, &native, generation);
-    let mut session = state.scheduler.connect_agent(peer_info(&hello), &served, hello.body.usage_limit);
+    // What it still holds for an earlier scheduler has its tokens first.
+    let resumed = hello.body.resumed.clone();
+    let mut session = state.scheduler.connect_agent_resuming(
+        peer_info(&hello),
+        &served,
+        hello.body.usage_limit,
+        u32::try_from(resumed.len()).unwrap_or(u32::MAX),
+    );
     let welcome = Welcome { scheduler_id: state.id, limit: session.token_limit() };
     let (writer, reader) = match hs.welcome(welcome, &ServerState::control_stream()).await {
         Ok(x) => x,
@@ -49,6 +57,15 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         }
     };
     tracing::info!(toolchains = hello.body.toolchains.len(), limit = session.token_limit(), "agent joined");
+    if !resumed.is_empty() {
+        tracing::info!(tasks = resumed.len(), "the agent still holds tasks from an earlier scheduler");
+        state.resumes.announce(session.id(), &resumed);
+    }
+    // When the announced tasks no consumerd sent again are dropped.
+    let unclaimed_at =
+        tokio::time::sleep(if resumed.is_empty() { Duration::ZERO } else { super::resume::RESUME_WINDOW });
+    tokio::pin!(unclaimed_at);
+    let mut unclaimed_done = resumed.is_empty();
     let budget = state.budget.clone();
     let (mut rx, mut readers) = spawn_readers(conn.clone(), reader, move |message: Message| {
         // A result must be read even past the budget: its task is waiting
@@ -61,6 +78,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     });
 
     let mut senders = JoinSet::new();
+    // When each task in flight here was dispatched (its compile time is a metric).
+    let mut dispatched: HashMap<u64, Instant> = HashMap::new();
     let mut last_limit = session.token_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -78,7 +97,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             let why = format!("its object stopped arriving from the agent (not whole within {after:?})");
                             let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
                             let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
-                            if let Err(why) = on_frame(&mut session, frame, Ticket::Plain) {
+                            if let Err(why) = on_frame(&state, &mut session, &mut dispatched, frame, Ticket::Plain) {
                                 break Err(why);
                             }
                         }
@@ -98,13 +117,34 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             continue;
                         }
                     }
-                    if let Err(why) = on_frame(&mut session, frame, ticket) {
+                    if let Err(why) = on_frame(&state, &mut session, &mut dispatched, frame, ticket) {
                         break Err(why);
                     }
                 }
             },
             dispatch = session.next() => {
-                if send_dispatch(&conn, &writer, &mut senders, dispatch, (&state.shipping, node)).await.is_err() {
+                if send_dispatch(&conn, &writer, &mut senders, dispatch, (&state, node), &mut dispatched).await.is_err() {
+                    break Ok(());
+                }
+            }
+            () = &mut unclaimed_at, if !unclaimed_done => {
+                unclaimed_done = true;
+                let handles = state.resumes.unclaimed(session.id(), &resumed);
+                let released = session.release_reserved(u32::try_from(handles.len()).unwrap_or(u32::MAX));
+                tracing::info!(
+                    held = resumed.len(),
+                    dropped = handles.len(),
+                    released,
+                    "tasks from an earlier scheduler that no consumerd sent again are dropped"
+                );
+                let mut failed = false;
+                for handle in handles {
+                    if writer.send(Message::Cancel(Cancel { task_id: handle }), Bytes::new()).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if failed {
                     break Ok(());
                 }
             }
@@ -141,14 +181,30 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
 }
 
 /// One frame from the agent. `Err` is a protocol violation.
-fn on_frame(session: &mut AgentSession<NetJob>, frame: Frame, ticket: Ticket) -> super::SessionOutcome {
+fn on_frame(
+    state: &ServerState,
+    session: &mut AgentSession<NetJob>,
+    dispatched: &mut HashMap<u64, Instant>,
+    frame: Frame,
+    ticket: Ticket,
+) -> super::SessionOutcome {
     match frame.message {
         // The frame reader hands over exactly the declared payload.
         Message::TaskResult(header) => {
+            state.metrics.received(frame.payload.len());
+            if let Some(at) = dispatched.remove(&header.task_id) {
+                state.metrics.compile.observe(at.elapsed());
+            }
             let reservation = match ticket {
                 Ticket::Reserved(r, _) => Some(Arc::new(r)),
                 Ticket::OverBudget | Ticket::Plain | Ticket::Hit(_) => None,
             };
+            if header.task_id & ResumedTask::HANDLE_BIT != 0 {
+                // A task it held for an earlier scheduler, which it was told
+                // to drop after finishing it: nobody waits for it.
+                tracing::debug!(handle = header.task_id, "result of a dropped task ignored");
+                return Ok(());
+            }
             let task = TaskId(header.task_id);
             let answer = AgentAnswer { header, payload: frame.payload, reservation };
             if let Err(e) = session.complete(task, answer) {
@@ -180,11 +236,14 @@ async fn send_dispatch(
     writer: &FrameWriter,
     senders: &mut JoinSet<()>,
     dispatch: Dispatch<NetJob>,
-    (shipping, node): (&super::shipping::Shipping, super::shipping::SessionKey),
+    (state, node): (&ServerState, super::shipping::SessionKey),
+    dispatched: &mut HashMap<u64, Instant>,
 ) -> Result<(), NetError> {
+    let shipping = &state.shipping;
     match dispatch {
         Dispatch::Cancel(id) => {
             shipping.inputs_ended(node, id.0);
+            dispatched.remove(&id.0);
             writer.send(Message::Cancel(Cancel { task_id: id.0 }), Bytes::new()).await
         }
         Dispatch::Assign(task) => {
@@ -193,8 +252,23 @@ async fn send_dispatch(
                 // Its agent fetches the inputs from the consumerd that sent it.
                 shipping.inputs_placed(node, task.id().0, body.origin, body.header.task_id);
             }
-            let header = TaskHeader { task_id: task.id().0, ..body.header.clone() };
+            // Named by its origin, so that a later scheduler can adopt it.
+            let origin = Origin { consumerd: body.origin.0, task_id: body.header.task_id };
+            let header =
+                TaskHeader { task_id: task.id().0, origin: Some(origin), resumed: false, ..body.header.clone() };
+            state.metrics.wait.observe(body.received.elapsed());
+            state.metrics.sent(body.payload.len());
+            dispatched.insert(task.id().0, Instant::now());
             net::send_sized(conn, writer, senders, Message::Task(header), body.payload.clone(), ()).await
         }
+        Dispatch::Adopt { task, handle } => {
+            let body = task.body();
+            if body.header.inputs {
+                // A fetch it still has to make goes to the consumerd as for any placement.
+                shipping.inputs_placed(node, task.id().0, body.origin, body.header.task_id);
+            }
+            writer.send(Message::Adopt(Adopt { handle, task_id: task.id().0 }), Bytes::new()).await
+        }
+        Dispatch::Abandon(handle) => writer.send(Message::Cancel(Cancel { task_id: handle }), Bytes::new()).await,
     }
 }

@@ -402,6 +402,8 @@ mod tests {
             spec,
             payload: info,
             inputs: false,
+            origin: None,
+            resumed: false,
         };
         TaskBody::new(header, packed.into(), None, CacheLookup::Unchecked)
     }

@@ -141,7 +141,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
             },
             answer = session.next_answer() => {
-                if send_answer(&conn, &writer, &mut senders, answer).await.is_err() {
+                if send_answer(&conn, &writer, &mut senders, answer, &state.metrics).await.is_err() {
                     break Ok(());
                 }
             }
@@ -196,6 +196,7 @@ async fn on_frame(
                 },
                 Ticket::OverBudget => (None, CacheLookup::Unchecked),
             };
+            state.metrics.received(frame.payload.len());
             submit(session, writer, header, frame.payload, reservation, lookup, origin).await
         }
         Message::Cancel(c) => {
@@ -267,6 +268,7 @@ async fn send_answer(
     writer: &FrameWriter,
     senders: &mut JoinSet<()>,
     answer: Answer<AgentAnswer>,
+    metrics: &super::metrics::Metrics,
 ) -> Result<(), NetError> {
     let (header, payload, reservation) = match answer.reply {
         Reply::Done(a) | Reply::Intercepted(a) => {
@@ -276,5 +278,6 @@ async fn send_answer(
         }
         Reply::RunLocally(reason) => (run_locally(answer.client_id, reason), Bytes::new(), None),
     };
+    metrics.sent(payload.len());
     net::send_sized(conn, writer, senders, Message::TaskResult(header), payload, reservation).await
 }

@@ -33,12 +33,22 @@ pub struct TaskBody {
     pub verified: OnceLock<bool>,
     /// The consumerd session that sent it (an agent fetches a unit's inputs from it).
     pub origin: super::shipping::SessionKey,
+    /// When it arrived (its wait until dispatch is a metric).
+    pub received: std::time::Instant,
 }
 
 impl TaskBody {
     /// A task as it arrived, not looked up in the cache yet.
     pub fn new(header: TaskHeader, payload: Bytes, reservation: Option<Reservation>, lookup: CacheLookup) -> Self {
-        TaskBody { header, payload, reservation, lookup, verified: OnceLock::new(), origin: (0, 0) }
+        TaskBody {
+            header,
+            payload,
+            reservation,
+            lookup,
+            verified: OnceLock::new(),
+            origin: (0, 0),
+            received: std::time::Instant::now(),
+        }
     }
 }
 

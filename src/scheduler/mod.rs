@@ -26,7 +26,9 @@ pub mod cache_hook;
 pub mod consumerd;
 mod inbound;
 pub mod job;
+pub mod metrics;
 pub mod optimizer;
+mod resume;
 mod shipping;
 
 use std::net::SocketAddr;
@@ -69,6 +71,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// The result cache; `None`: no cache.
     pub cache: Option<StorageConfig>,
+    /// Where to serve Prometheus metrics; `None`: nowhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -85,6 +89,7 @@ impl ServerConfig {
             optimizer: Some(DriverConfig::default()),
             shutdown_grace: Duration::from_secs(10),
             cache: None,
+            metrics: None,
         }
     }
 }
@@ -101,6 +106,14 @@ pub enum ServerError {
     /// The result cache could not be opened.
     #[error("cannot open the result cache: {0}")]
     Cache(#[from] crate::cache::StorageError),
+    /// The metrics address could not be bound.
+    #[error("cannot listen for metrics on {addr}: {error}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
 }
 
 /// Counters of the daemon itself, beside the core's.
@@ -121,6 +134,10 @@ pub(crate) struct ServerState {
     pub(crate) counters: ServerCounters,
     /// Who supplies shipped toolchains and who runs them.
     pub(crate) shipping: shipping::Shipping,
+    /// Tasks carried over from an earlier scheduler by its peers.
+    pub(crate) resumes: Arc<resume::Resumes>,
+    /// What `/metrics` counts as it happens.
+    pub(crate) metrics: metrics::Metrics,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
 }
@@ -139,6 +156,7 @@ impl ServerState {
 /// A bound scheduler, ready to serve.
 pub struct Server {
     endpoint: quinn::Endpoint,
+    metrics: Option<tokio::net::TcpListener>,
     state: Arc<ServerState>,
     max_connections: usize,
     grace: Duration,
@@ -162,8 +180,16 @@ impl Server {
             None => None,
         };
         let endpoint = net::server_endpoint(config.listen, &config.identity, &config.transport)?;
-        let hooks: Vec<Arc<dyn Hook<NetJob>>> =
-            cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>).collect();
+        let metrics = match config.metrics {
+            Some(addr) => Some(metrics::bind(addr).await.map_err(|error| ServerError::Metrics { addr, error })?),
+            None => None,
+        };
+        // Resumed tasks go to the agents that still hold them before anything
+        // else looks at them (a cache hit would compile nothing, but the
+        // agent's copy is already paid for).
+        let resumes = Arc::new(resume::Resumes::new());
+        let mut hooks: Vec<Arc<dyn Hook<NetJob>>> = vec![Arc::new(resume::ResumeHook { resumes: resumes.clone() })];
+        hooks.extend(cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>));
         let scheduler = Scheduler::with_hooks(config.core, hooks);
         let optimizer = match config.optimizer {
             Some(driver) => Some(OptimizerThread::spawn(scheduler.clone(), driver).map_err(ServerError::Optimizer)?),
@@ -179,9 +205,11 @@ impl Server {
             cache,
             counters: ServerCounters::default(),
             shipping: shipping::Shipping::default(),
+            resumes,
+            metrics: metrics::Metrics::default(),
             shutdown,
         });
-        Ok(Server { endpoint, state, max_connections: config.max_connections, grace: config.shutdown_grace })
+        Ok(Server { endpoint, metrics, state, max_connections: config.max_connections, grace: config.shutdown_grace })
     }
 
     /// The address it listens on (port 0 resolved).
@@ -192,6 +220,11 @@ impl Server {
         self.endpoint.local_addr()
     }
 
+    /// The address metrics are served on (port 0 resolved), when asked for.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// The core, for status and tests.
     pub fn scheduler(&self) -> &Scheduler<NetJob> {
         &self.state.scheduler
@@ -199,10 +232,14 @@ impl Server {
 
     /// Serves until `shutdown` is cancelled, then shuts down as the module doc says.
     pub async fn serve(self, shutdown: CancellationToken) {
-        let Server { endpoint, state, max_connections, grace } = self;
+        let Server { endpoint, metrics, state, max_connections, grace } = self;
         let permits = Arc::new(Semaphore::new(max_connections));
         let mut connections = JoinSet::new();
+        let metrics_stop = state.shutdown.child_token();
+        let metrics = metrics.map(|l| tokio::spawn(metrics::serve(l, state.clone(), metrics_stop.clone())));
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
+        let mut sweep = tokio::time::interval(resume::SWEEP_EVERY);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 incoming = endpoint.accept() => {
@@ -215,12 +252,14 @@ impl Server {
                     });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                _ = sweep.tick() => state.resumes.sweep(),
                 () = shutdown.cancelled() => break,
             }
         }
         tracing::info!("scheduler shutting down");
         state.shutdown.cancel();
         state.scheduler.shutdown();
+        state.resumes.place_waiting();
         let deadline = tokio::time::Instant::now() + grace;
         while in_flight(&state.scheduler) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -228,6 +267,10 @@ impl Server {
         net::shutdown(&endpoint, CloseReason::Shutdown).await;
         connections.abort_all();
         while connections.join_next().await.is_some() {}
+        metrics_stop.cancel();
+        if let Some(m) = metrics {
+            let _ = m.await;
+        }
         if let Some(cache) = &state.cache {
             // Lookups still running answer nobody now; results already taken
             // reach their tiers before the scheduler is gone.

@@ -259,6 +259,7 @@ mod tests {
             pressure_some_us: None,
             online_cpus: 16,
             tasks_running: running,
+            tasks_started: 0,
         }
     }
 

@@ -95,9 +95,16 @@ impl Cluster {
     }
 
     fn spawn(&self, name: &str, args: &[&str]) -> Daemon {
+        self.spawn_logged(name, args, None)
+    }
+
+    fn spawn_logged(&self, name: &str, args: &[&str], rust_log: Option<&str>) -> Daemon {
         let log = self.dir.path().join(format!("{name}.log"));
-        let child = self
-            .command(ccroute())
+        let mut cmd = self.command(ccroute());
+        if let Some(filter) = rust_log {
+            cmd.env("RUST_LOG", filter);
+        }
+        let child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -135,11 +142,17 @@ impl Cluster {
 
     /// Starts an agent with `extra` flags.
     pub fn start_agent(&mut self, extra: &[&str]) -> usize {
+        self.start_agent_logged(extra, None)
+    }
+
+    /// Starts an agent with `extra` flags, logging with the `RUST_LOG`
+    /// filter `rust_log` (the cluster's default when `None`).
+    pub fn start_agent_logged(&mut self, extra: &[&str], rust_log: Option<&str>) -> usize {
         let addr = self.addr.unwrap().to_string();
         let mut args = vec!["agent", "--scheduler", addr.as_str()];
         args.extend_from_slice(extra);
         let n = self.agents.len();
-        let d = self.spawn(&format!("agent{n}"), &args);
+        let d = self.spawn_logged(&format!("agent{n}"), &args, rust_log);
         self.agents.push(d);
         n
     }

@@ -60,6 +60,7 @@ impl RawConsumerd {
                 toolchains,
                 usage_limit: 0,
                 shipping: ccroute_wire::Shipping::Off,
+                resumed: Vec::new(),
             },
         };
         let (writer, reader, _) = net::client_handshake(&conn, &hello, &net::StreamOptions::default()).await.unwrap();
@@ -89,6 +90,8 @@ impl RawConsumerd {
             spec: codec::encode_spec(spec),
             payload: info,
             inputs: false,
+            origin: None,
+            resumed: false,
         };
         let packed = Bytes::from(packed);
         if packed.len() <= INLINE_PAYLOAD_MAX {
@@ -115,6 +118,8 @@ impl RawConsumerd {
             spec: codec::encode_spec(spec),
             payload: info,
             inputs: false,
+            origin: None,
+            resumed: false,
         };
         let mut bytes = bytes::BytesMut::new();
         ccroute_wire::encode_header(&Message::Task(header), &mut bytes);

@@ -228,6 +228,8 @@ mod tests {
                 compression: Compression::None,
             },
             inputs: false,
+            origin: None,
+            resumed: false,
         })
     }
 

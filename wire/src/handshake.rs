@@ -23,9 +23,9 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The oldest peer version this build talks to.
-pub const MIN_COMPATIBLE_VERSION: u32 = 4;
+pub const MIN_COMPATIBLE_VERSION: u32 = 5;
 /// Largest handshake frame.
 pub const MAX_HANDSHAKE: u32 = 1 << 20;
 
@@ -91,6 +91,9 @@ pub struct HelloBody {
     pub usage_limit: u32,
     /// Agents: whether they run toolchains shipped to them. Others: `Off`.
     pub shipping: Shipping,
+    /// Agents: the tasks they still run, or have finished, for a scheduler
+    /// they lost; the new scheduler adopts those their consumerds send again.
+    pub resumed: Vec<crate::message::ResumedTask>,
 }
 
 /// Whether an agent runs toolchains shipped to it.
@@ -356,6 +359,11 @@ mod tests {
                 toolchains: vec![],
                 usage_limit: 64,
                 shipping: Shipping::Ready("bubblewrap 0.8.0".into()),
+                resumed: vec![crate::message::ResumedTask {
+                    handle: 1 << 63 | 4,
+                    origin: crate::message::Origin { consumerd: 9, task_id: 12 },
+                    toolchain: crate::toolchain::ToolchainKey(5),
+                }],
             },
         }
     }

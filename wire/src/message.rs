@@ -48,6 +48,9 @@ pub enum Message {
     Query(Query),
     /// scheduler → admin.
     Reply(Box<Reply>),
+    /// scheduler → agent: a task the agent still ran for an earlier
+    /// scheduler (announced in its hello) is wanted again, under a new id.
+    Adopt(Adopt),
 }
 
 impl Message {
@@ -77,6 +80,7 @@ impl Message {
             Message::Blob(_) => "blob",
             Message::Query(_) => "query",
             Message::Reply(_) => "reply",
+            Message::Adopt(_) => "adopt",
         }
     }
 }
@@ -139,6 +143,50 @@ pub struct TaskHeader {
     /// The unit travels as its inputs (the spec lists them): the agent
     /// fetches them through the scheduler from the sender.
     pub inputs: bool,
+    /// scheduler → agent: whose task this is, which the agent names when it
+    /// announces the task to a later scheduler (`None` from a consumerd).
+    pub origin: Option<Origin>,
+    /// consumerd → scheduler: the task was sent to an earlier scheduler and
+    /// is sent again after a reconnection; an agent may still be running it.
+    pub resumed: bool,
+}
+
+/// A task's identity across schedulers: the consumerd that sent it and that
+/// consumerd's id for it. Both outlive any one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Origin {
+    /// The consumerd's node id.
+    pub consumerd: u128,
+    /// The consumerd's id for the task.
+    pub task_id: u64,
+}
+
+/// A task an agent still runs (or has finished) for a scheduler it lost,
+/// announced in its hello to the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumedTask {
+    /// The agent's id for it until it is adopted (or cancelled).
+    pub handle: u64,
+    /// Whose it is.
+    pub origin: Origin,
+    /// Its route.
+    pub toolchain: ToolchainKey,
+}
+
+impl ResumedTask {
+    /// Set in every handle, never in a scheduler's task id: an agent's
+    /// results and a scheduler's cancels name either without confusion.
+    pub const HANDLE_BIT: u64 = 1 << 63;
+}
+
+/// The task the agent holds as `handle` is now the scheduler's `task_id`:
+/// its result goes out under that id (at once, if it has finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopt {
+    /// The agent's id for the task, from its hello.
+    pub handle: u64,
+    /// The scheduler's id for it from now on.
+    pub task_id: u64,
 }
 
 /// What the agent needs to know to run a compile.
@@ -356,6 +404,9 @@ pub struct CpuSample {
     pub online_cpus: u32,
     /// Compiles running when the sample was taken.
     pub tasks_running: u32,
+    /// Compiles started since the agent started, whatever their end
+    /// (finished, failed, killed): a count that outlives its connections.
+    pub tasks_started: u64,
 }
 
 /// A concurrency limit.
@@ -461,6 +512,9 @@ pub struct AgentStatus {
     pub last_decision: String,
     /// Whether it runs toolchains shipped to it, and in what sandbox.
     pub shipping: crate::handshake::Shipping,
+    /// Compiles it started since it started (from its CPU samples): unlike
+    /// `completed`, counted across its connections to any scheduler.
+    pub tasks_started: u64,
 }
 
 /// One consumerd in a [`StatusReport`].
@@ -496,6 +550,9 @@ pub struct Totals {
     pub cancelled: u64,
     /// Times a task was placed again because its agent was lost.
     pub requeued: u64,
+    /// Tasks sent again after a scheduler restart that went to the agent
+    /// still running them (also counted as completed or failed).
+    pub adopted: u64,
 }
 
 /// The result cache in a [`StatusReport`].

@@ -350,6 +350,7 @@ mod tests {
             pressure_some_us: Some(1_000_000),
             online_cpus: 8,
             tasks_running: 3,
+            tasks_started: 0,
         }
     }
 

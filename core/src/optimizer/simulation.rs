@@ -80,6 +80,7 @@ impl Host {
             pressure_some_us: self.psi.then_some(self.pressure_us as u64),
             online_cpus: self.cpus,
             tasks_running: self.running.round() as u32,
+            tasks_started: 0,
         }
     }
 

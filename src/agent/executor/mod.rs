@@ -56,7 +56,7 @@ use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -277,6 +277,7 @@ pub struct Executor {
     path_env: Option<OsString>,
     replay_speed: f64,
     running: AtomicU32,
+    started: AtomicU64,
 }
 
 impl Executor {
@@ -297,12 +298,19 @@ impl Executor {
             path_env: std::env::var_os("PATH"),
             replay_speed: config.replay_speed,
             running: AtomicU32::new(0),
+            started: AtomicU64::new(0),
         })
     }
 
     /// The directory task directories are made in; removed when the executor drops.
     pub fn scratch_root(&self) -> &Path {
         &self.root.path
+    }
+
+    /// Tasks that entered [`Executor::run`] since the executor was made.
+    pub fn started(&self) -> u64 {
+        // Relaxed: a counter for the CPU sampler; nothing is published through it.
+        self.started.load(Ordering::Relaxed)
     }
 
     /// Tasks inside [`Executor::run`] now.
@@ -317,6 +325,8 @@ impl Executor {
     /// group is killed and its task directory removed.
     pub async fn run(&self, task: ExecTask, cancel: CancellationToken) -> ExecResult {
         let _running = RunningGuard::enter(&self.running);
+        // Relaxed: a counter for the CPU sampler, like `running`.
+        self.started.fetch_add(1, Ordering::Relaxed);
         let limit = self.limits.time_limit;
         let now = Instant::now();
         // A limit too large to add is as good as none: thirty years.

@@ -1,0 +1,339 @@
+//! What an agent runs and holds, across its connections to the scheduler.
+//!
+//! A compile does not end because the scheduler went away: a restarted
+//! scheduler adopts it (`scheduler/resume.rs`). So the compiles live here,
+//! not in one connection's loop, and each is known by the id it answers
+//! under — the scheduler's task id while its connection lives, a *handle*
+//! (an id with [`ResumedTask::HANDLE_BIT`] set) once that connection is lost.
+//!
+//! When a connection is lost ([`Work::orphan`]):
+//! - every running compile keeps running under a new handle;
+//! - every result sent in the last [`RETAIN`] is kept under a handle too:
+//!   the lost scheduler may have taken it and died before passing it on
+//!   (a peer learns of a dead scheduler only from its successor's reset or
+//!   the idle timeout, so anything sent that recently is in doubt).
+//!
+//! The next hello lists them all ([`Work::resumable`]). The scheduler then
+//! either adopts one ([`Work::adopt`]: it answers under the new task id, at
+//! once if it has finished) or drops it ([`Work::cancel`] with the handle).
+//! Kept results are bounded: [`HELD_MAX_BYTES`] in all, none older than
+//! [`HELD_MAX_AGE`]; a consumerd waits far less than that for its scheduler
+//! before it compiles the unit itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ccroute_wire::{Origin, Outcome, ResultHeader, ResumedTask, TaskHeader, ToolchainKey};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::executor::{ExecTask, Executor};
+
+/// How long a sent result is kept in case its connection turns out lost:
+/// past the idle timeout (5 s), after which a silent scheduler is known dead.
+pub const RETAIN: Duration = Duration::from_secs(6);
+/// The most bytes of objects kept for results sent lately or not delivered.
+pub const HELD_MAX_BYTES: usize = 64 << 20;
+/// How long a result no scheduler took is kept.
+pub const HELD_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// A compile in progress.
+struct Running {
+    cancel: CancellationToken,
+    /// Whose it is; `None` from a scheduler that did not say (it is then
+    /// not carried over a lost connection).
+    origin: Option<Origin>,
+    toolchain: ToolchainKey,
+    /// Dropped by the scheduler: its result goes nowhere.
+    dropped: bool,
+}
+
+/// A finished result kept for a scheduler to adopt.
+struct Held {
+    header: ResultHeader,
+    object: Bytes,
+    origin: Origin,
+    toolchain: ToolchainKey,
+    since: Instant,
+}
+
+/// A result sent lately.
+struct Sent {
+    at: Instant,
+    origin: Origin,
+    toolchain: ToolchainKey,
+    header: ResultHeader,
+    object: Bytes,
+}
+
+/// A result to send: its header carries the id to send it under.
+pub type Outgoing = (ResultHeader, Bytes);
+
+/// The agent's compiles and kept results.
+pub struct Work {
+    executor: Arc<Executor>,
+    compiles: JoinSet<Outgoing>,
+    /// The id each compile answers under, by its tokio task.
+    ids: HashMap<tokio::task::Id, u64>,
+    running: HashMap<u64, Running>,
+    held: HashMap<u64, Held>,
+    held_bytes: usize,
+    recent: VecDeque<Sent>,
+    recent_bytes: usize,
+    next_handle: u64,
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Work")
+            .field("running", &self.running.len())
+            .field("held", &self.held.len())
+            .field("recent", &self.recent.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Work {
+    /// Nothing running, nothing held.
+    pub fn new(executor: Arc<Executor>) -> Work {
+        Work {
+            executor,
+            compiles: JoinSet::new(),
+            ids: HashMap::new(),
+            running: HashMap::new(),
+            held: HashMap::new(),
+            held_bytes: 0,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
+            next_handle: 1,
+        }
+    }
+
+    /// The executor compiles run in.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    /// Starts compiling a task the scheduler sent; `fetch` is the connection
+    /// its inputs are fetched through.
+    pub fn start(&mut self, header: TaskHeader, source: Bytes, fetch: Option<quinn::Connection>) {
+        let id = header.task_id;
+        if let Some(old) = self.running.get(&id) {
+            // A scheduler never reuses an id it has not had answered.
+            tracing::warn!(task = id, "a task id already running was sent again; the first one is cancelled");
+            old.cancel.cancel();
+        }
+        let cancel = CancellationToken::new();
+        let task = ExecTask {
+            task_id: id,
+            toolchain: header.toolchain,
+            fetch,
+            spec: header.spec,
+            payload: header.payload,
+            source,
+        };
+        let executor = self.executor.clone();
+        let token = cancel.clone();
+        let handle = self.compiles.spawn(async move {
+            let result = executor.run(task, token).await;
+            (result.header, result.object)
+        });
+        self.ids.insert(handle.id(), id);
+        self.running.insert(id, Running { cancel, origin: header.origin, toolchain: header.toolchain, dropped: false });
+    }
+
+    /// Waits for the next compile to finish; `Some` is a result to send now
+    /// (its header names the id), `None` one that was kept or dropped.
+    /// Pending while nothing runs.
+    pub async fn next_finished(&mut self) -> Option<Outgoing> {
+        let done = match self.compiles.join_next_with_id().await {
+            Some(done) => done,
+            None => return std::future::pending().await,
+        };
+        let (tokio_id, (mut header, object)) = match done {
+            Ok(x) => x,
+            // Not a lost answer: the scheduler gets one, and its token back.
+            Err(e) => {
+                let why = Outcome::InternalError(format!("the compile failed: {e}"));
+                (e.id(), (ResultHeader::bare(0, why), Bytes::new()))
+            }
+        };
+        let id = self.ids.remove(&tokio_id)?;
+        let running = self.running.remove(&id)?;
+        if running.dropped {
+            return None;
+        }
+        header.task_id = id;
+        if id & ResumedTask::HANDLE_BIT != 0 {
+            // Finished while no scheduler had it: kept for one to adopt.
+            if let Some(origin) = running.origin {
+                self.hold(id, origin, running.toolchain, header, object, Instant::now());
+            }
+            return None;
+        }
+        if let Some(origin) = running.origin {
+            self.remember(origin, running.toolchain, &header, &object);
+        }
+        Some((header, object))
+    }
+
+    /// The scheduler no longer wants `id` (its task id or a handle): a
+    /// running compile is killed — a task's still answers, so that its token
+    /// comes back; a handle's answers nothing — and a kept result is dropped.
+    pub fn cancel(&mut self, id: u64) {
+        if let Some(r) = self.running.get_mut(&id) {
+            r.cancel.cancel();
+            r.dropped = id & ResumedTask::HANDLE_BIT != 0;
+        }
+        self.unhold(id);
+    }
+
+    /// The scheduler adopted what this agent holds as `handle`, as its
+    /// `task_id`: a kept result to send under that id at once, or a running
+    /// compile that will answer under it. Something that is no longer here
+    /// is answered as an internal error, so that the task's token comes
+    /// back and its consumerd compiles it.
+    pub fn adopt(&mut self, handle: u64, task_id: u64) -> Option<Outgoing> {
+        if let Some(held) = self.unhold(handle) {
+            let mut header = held.header;
+            header.task_id = task_id;
+            self.remember(held.origin, held.toolchain, &header, &held.object);
+            return Some((header, held.object));
+        }
+        match self.running.remove(&handle) {
+            Some(r) if !r.dropped => {
+                self.running.insert(task_id, r);
+                if let Some(id) = self.ids.values_mut().find(|id| **id == handle) {
+                    *id = task_id;
+                }
+                None
+            }
+            other => {
+                if let Some(r) = other {
+                    self.running.insert(handle, r);
+                }
+                let why = Outcome::InternalError("the agent no longer holds this task".into());
+                Some((ResultHeader::bare(task_id, why), Bytes::new()))
+            }
+        }
+    }
+
+    /// The connection is lost: what runs goes on under handles, and results
+    /// sent lately are kept under handles too. Kept results past their age
+    /// are dropped.
+    pub fn orphan(&mut self) {
+        let now = Instant::now();
+        let ids: Vec<u64> = self.running.keys().copied().filter(|id| id & ResumedTask::HANDLE_BIT == 0).collect();
+        for id in ids {
+            let Some(r) = self.running.remove(&id) else { continue };
+            if r.origin.is_none() || r.dropped {
+                // Nobody could adopt it: stop it.
+                r.cancel.cancel();
+                continue;
+            }
+            let handle = self.new_handle();
+            if let Some(tid) = self.ids.values_mut().find(|tid| **tid == id) {
+                *tid = handle;
+            }
+            self.running.insert(handle, r);
+        }
+        while let Some(sent) = self.recent.pop_front() {
+            self.recent_bytes -= sent.object.len();
+            if now.duration_since(sent.at) <= RETAIN {
+                let handle = self.new_handle();
+                self.hold(handle, sent.origin, sent.toolchain, sent.header, sent.object, sent.at);
+            }
+        }
+        let old: Vec<u64> =
+            self.held.iter().filter(|(_, h)| now.duration_since(h.since) > HELD_MAX_AGE).map(|(k, _)| *k).collect();
+        for handle in old {
+            self.unhold(handle);
+        }
+    }
+
+    /// What to announce in the next hello: every compile running under a
+    /// handle and every kept result.
+    pub fn resumable(&self) -> Vec<ResumedTask> {
+        let running = self
+            .running
+            .iter()
+            .filter(|(id, r)| **id & ResumedTask::HANDLE_BIT != 0 && !r.dropped)
+            .filter_map(|(id, r)| Some(ResumedTask { handle: *id, origin: r.origin?, toolchain: r.toolchain }));
+        let held =
+            self.held.iter().map(|(id, h)| ResumedTask { handle: *id, origin: h.origin, toolchain: h.toolchain });
+        running.chain(held).collect()
+    }
+
+    /// The agent is shutting down: every compile is killed.
+    pub fn stop(&mut self) {
+        for r in self.running.values() {
+            r.cancel.cancel();
+        }
+        self.compiles.abort_all();
+        self.running.clear();
+        self.ids.clear();
+    }
+
+    /// Compiles running now, under task ids or handles.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Results kept for a scheduler to adopt.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    fn new_handle(&mut self) -> u64 {
+        let h = ResumedTask::HANDLE_BIT | self.next_handle;
+        self.next_handle += 1;
+        h
+    }
+
+    fn hold(
+        &mut self,
+        handle: u64,
+        origin: Origin,
+        toolchain: ToolchainKey,
+        header: ResultHeader,
+        object: Bytes,
+        since: Instant,
+    ) {
+        if self.held_bytes + object.len() > HELD_MAX_BYTES {
+            tracing::warn!(
+                bytes = object.len(),
+                held = self.held_bytes,
+                "a result no scheduler took is not kept: past the bound of kept results; its consumerd compiles it"
+            );
+            return;
+        }
+        self.held_bytes += object.len();
+        self.held.insert(handle, Held { header, object, origin, toolchain, since });
+    }
+
+    fn unhold(&mut self, handle: u64) -> Option<Held> {
+        let held = self.held.remove(&handle)?;
+        self.held_bytes -= held.object.len();
+        Some(held)
+    }
+
+    /// Keeps a copy of a result being sent, for [`RETAIN`] (the object is
+    /// shared, not copied), within [`HELD_MAX_BYTES`].
+    fn remember(&mut self, origin: Origin, toolchain: ToolchainKey, header: &ResultHeader, object: &Bytes) {
+        let now = Instant::now();
+        while let Some(first) = self.recent.front() {
+            if now.duration_since(first.at) <= RETAIN && self.recent_bytes + object.len() <= HELD_MAX_BYTES {
+                break;
+            }
+            self.recent_bytes -= first.object.len();
+            self.recent.pop_front();
+        }
+        if object.len() > HELD_MAX_BYTES {
+            return;
+        }
+        self.recent_bytes += object.len();
+        self.recent.push_back(Sent { at: now, origin, toolchain, header: header.clone(), object: object.clone() });
+    }
+}

@@ -1,0 +1,133 @@
+//! The scheduler's Prometheus metrics, scraped during a real build of the
+//! bundled sample: every scrape parses with Prometheus' own parser (the
+//! Python client's OpenMetrics parser), and once the build is over the task
+//! counters, connections and tokens equal what `ccroute status --json` says.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ccroute, make, Cluster};
+
+/// Parses an exposition with `prometheus_client`'s OpenMetrics parser and
+/// returns each sample as `name{label="v",...}` → value (labels sorted).
+fn parse(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    const SCRIPT: &str = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        out[f"{s.name}{{{labels}}}"] = s.value
+print(json.dumps(out))
+"#;
+    // Debian's package installs it for the system interpreter.
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python3: {e} (./scripts/test installs python3-prometheus-client)"))?;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn scrape(addr: &str) -> String {
+    let out = Command::new("curl").args(["-sSf", "--max-time", "10", &format!("http://{addr}/metrics")]).output().unwrap();
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A free port on loopback for the metrics listener.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn metrics_scraped_during_a_build_parse_and_match_the_status() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", &metrics]);
+    c.start_agent(&["--jobs", "8"]);
+    c.start_consumerd(1, true);
+    c.wait_ready(1);
+
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
+    let build = c.dir.path().join("build");
+    let args = [
+        format!("BUILD={}", build.display()),
+        "-j8".into(),
+        format!("CC={} gcc", ccroute().display()),
+        format!("CXX={} g++", ccroute().display()),
+    ];
+    let env = c.wrapper_env();
+    let scrapes = std::thread::scope(|s| {
+        let builder = s.spawn(|| make(&sample, &args, &env));
+        let mut scrapes = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !builder.is_finished() && Instant::now() < deadline {
+            scrapes.push(scrape(&metrics));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let out = builder.join().unwrap();
+        assert!(out.status.success(), "build: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+        scrapes
+    });
+    assert!(!scrapes.is_empty(), "no scrape during the build");
+    for text in &scrapes {
+        if let Err(e) = parse(text) {
+            panic!("a scrape during the build does not parse: {e}\n{text}");
+        }
+    }
+
+    // Idle now: the counters hold still, and equal the status's.
+    let status = c.assert_each_task_ended_once();
+    let m = parse(&scrape(&metrics)).unwrap();
+    let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no sample {k} in {m:?}"));
+    assert_eq!(get("ccroute_task_requests_total{}"), status["requests"].as_f64().unwrap());
+    for outcome in ["completed", "failed", "retried", "intercepted", "cancelled"] {
+        assert_eq!(
+            get(&format!("ccroute_tasks_total{{outcome=\"{outcome}\"}}")),
+            status[outcome].as_f64().unwrap(),
+            "{outcome}"
+        );
+    }
+    assert!(get("ccroute_tasks_total{outcome=\"completed\"}") > 0.0, "nothing went remote: {m:?}");
+    let st = c.status();
+    let host = st["agents"][0]["host_name"].as_str().unwrap();
+    assert_eq!(get("ccroute_connections{role=\"agent\"}"), 1.0);
+    assert_eq!(get("ccroute_connections{role=\"consumerd\"}"), 1.0);
+    assert_eq!(get(&format!("ccroute_agent_tokens_limit{{agent=\"{host}\"}}")), st["agents"][0]["token_limit"].as_f64().unwrap());
+    assert_eq!(get(&format!("ccroute_agent_tokens_in_use{{agent=\"{host}\"}}")), 0.0);
+    // Every remote compile was waited for and timed.
+    let completed = get("ccroute_tasks_total{outcome=\"completed\"}") + get("ccroute_tasks_total{outcome=\"failed\"}");
+    assert_eq!(get("ccroute_task_wait_seconds_count{}"), completed);
+    assert_eq!(get("ccroute_task_compile_seconds_count{}"), completed);
+    assert!(get("ccroute_payload_received_bytes_total{}") > 0.0);
+    assert!(get("ccroute_payload_sent_bytes_total{}") > 0.0);
+    let info = format!(
+        "ccroute_build_info{{protocol=\"{}\",version=\"{}\"}}",
+        ccroute_wire::PROTOCOL_VERSION,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(get(&info), 1.0);
+
+    // Anything but /metrics is a 404, not a hang or a crash.
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{metrics}/nothing")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
+}
