@@ -42,7 +42,8 @@ use super::ServerState;
 
 /// Upper bounds of the wait histogram's buckets, seconds: from a fraction
 /// of a millisecond (a free token) to minutes (a farm full for a while).
-const WAIT_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
+const WAIT_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
 /// Upper bounds of the compile histogram's buckets, seconds.
 const COMPILE_BUCKETS: [f64; 13] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
@@ -58,11 +59,7 @@ pub struct Histogram {
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_ns: AtomicU64::new(0),
-        }
+        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_ns: AtomicU64::new(0) }
     }
 
     /// Counts one duration.
@@ -243,7 +240,10 @@ fn families(state: &ServerState) -> Vec<Family> {
     let gauge = MetricType::Gauge;
     let mut families = vec![
         Family::new("ccroute_build", "The scheduler's version and protocol", MetricType::Info).row(
-            vec![("version", env!("CARGO_PKG_VERSION").into()), ("protocol", ccroute_wire::PROTOCOL_VERSION.to_string())],
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").into()),
+                ("protocol", ccroute_wire::PROTOCOL_VERSION.to_string()),
+            ],
             1.0,
         ),
         Family::new("ccroute_task_requests", "Tasks consumerds submitted", counter).row(vec![], t.requests as f64),
@@ -255,8 +255,12 @@ fn families(state: &ServerState) -> Vec<Family> {
             .row(vec![("outcome", "cancelled".into())], t.cancelled as f64),
         Family::new("ccroute_tasks_requeued", "Placements again after an agent was lost", counter)
             .row(vec![], t.requeued as f64),
-        Family::new("ccroute_tasks_adopted", "Tasks a restarted scheduler gave to the agent still running them", counter)
-            .row(vec![], t.adopted as f64),
+        Family::new(
+            "ccroute_tasks_adopted",
+            "Tasks a restarted scheduler gave to the agent still running them",
+            counter,
+        )
+        .row(vec![], t.adopted as f64),
         Family::new("ccroute_tasks_in_flight", "Tasks submitted and not yet ended", gauge)
             .row(vec![], r.consumerds.iter().map(|c| c.in_flight).sum::<u64>() as f64),
         Family::new("ccroute_payload_budget_used", "Payload bytes held in memory now", gauge)
@@ -354,7 +358,9 @@ async fn answer(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => match render(&state) {
             Ok(text) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
-            Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("cannot encode the metrics: {e}\n")),
+            Err(e) => {
+                reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("cannot encode the metrics: {e}\n"))
+            }
         },
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "ccroute: not found (try /metrics)\n".into()),
     })

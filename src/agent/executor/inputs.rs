@@ -94,7 +94,8 @@ impl Executor {
         let finished = match stop.check() {
             Ok(()) => process::run(&launch, stop.fired()).await,
             Err(e) => Err(e),
-        };
+        }
+        .and_then(super::sandbox_set_up);
         let ran = started.elapsed();
         let max_object = self.limits.max_object_bytes;
         let (fetched, reused) = (tree.fetched, tree.reused);

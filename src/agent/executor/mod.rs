@@ -411,6 +411,7 @@ impl Executor {
             Ok(()) => process::run(&launch, stop.fired()).await,
             Err(e) => Err(e),
         };
+        let finished = if shipped.is_some() { finished.and_then(sandbox_set_up) } else { finished };
         let max_object = self.limits.max_object_bytes;
         tokio::task::spawn_blocking(move || {
             let result = finished.and_then(|f| conclude(&prepared.cmd, f, max_object));
@@ -649,4 +650,16 @@ impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// A run inside the sandbox that bwrap itself could not set up (it prints
+/// `bwrap: ...` and exits 1 before the compiler starts) is the agent's
+/// failure, not the compile's: the consumerd then compiles the unit itself
+/// instead of printing bwrap's words as the compiler's and failing the build.
+fn sandbox_set_up(f: process::Finished) -> Result<process::Finished, TaskError> {
+    if !f.status.success() && f.stderr.starts_with(b"bwrap: ") {
+        let why = String::from_utf8_lossy(&f.stderr);
+        return Err(TaskError::Sandbox(format!("the sandbox could not be made: {}", why.trim())));
+    }
+    Ok(f)
 }

@@ -603,3 +603,24 @@ fn the_scratch_root_goes_with_the_executor() {
     drop(exec);
     assert!(!root.exists());
 }
+
+/// bwrap that cannot make the sandbox (it says `bwrap: ...` and exits 1
+/// before the compiler runs) is the agent's failure, which the consumerd
+/// answers by compiling the unit itself; a compiler's own failure inside a
+/// working sandbox stays the compile's result.
+#[test]
+fn a_sandbox_that_cannot_be_made_is_the_agents_failure_not_the_compiles() {
+    use std::os::unix::process::ExitStatusExt;
+    let ran = |code: i32, stderr: &[u8]| super::process::Finished {
+        status: std::process::ExitStatus::from_raw(code << 8),
+        stdout: Vec::new(),
+        stderr: stderr.to_vec(),
+        cpu_time_us: 0,
+    };
+    let e = super::sandbox_set_up(ran(1, b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"))
+        .unwrap_err();
+    assert!(matches!(&e, TaskError::Sandbox(why) if why.contains("Can't mount proc")), "{e:?}");
+    let compile_error = ran(1, b"a.c:1:1: error: expected ';' before '}' token\n");
+    assert!(super::sandbox_set_up(compile_error).is_ok());
+    assert!(super::sandbox_set_up(ran(0, b"bwrap: a warning the compile survived\n")).is_ok());
+}

@@ -54,7 +54,22 @@ impl Sandbox {
         let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         let sandbox = Sandbox { bwrap, version };
         let mut check = Command::new(&sandbox.bwrap);
-        check.args(base_args()).args(["--ro-bind", "/", "/", "--", "/bin/sh", "-c", "exit 0"]);
+        // The options a task's sandbox gets, /proc and /dev included: a host
+        // that covers part of /proc (a container's masks, systemd's
+        // ProtectKernelTunables=) refuses `--proc`, and should be found out here.
+        check.args(base_args()).args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--",
+            "/bin/sh",
+            "-c",
+            "exit 0",
+        ]);
         let out = run_limited(&mut check).map_err(|e| format!("cannot run bwrap: {e}"))?;
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
