@@ -82,32 +82,6 @@ fn a_restarted_scheduler_has_its_agents_and_consumerds_back_at_once() {
 /// about half a second at -O2, so that a kill finds many of them running.
 const UNITS: usize = 24;
 
-/// A project of [`UNITS`] C files with a Makefile that puts objects in `$(BUILD)`.
-fn slow_project(dir: &std::path::Path) {
-    let mut objs = Vec::new();
-    for u in 0..UNITS {
-        let mut src = format!("static int g{u}(int x) {{\n");
-        for i in 0..250 {
-            src.push_str(&format!(
-                "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
-                i + 3 + u,
-                i % 7 + 1,
-                i * 17,
-                1 << (i % 12),
-                i
-            ));
-        }
-        src.push_str(&format!("    return x;\n}}\nint unit{u}(int x) {{ return g{u}(x) + g{u}(x + 1); }}\n"));
-        std::fs::write(dir.join(format!("u{u}.c")), src).unwrap();
-        objs.push(format!("$(BUILD)/u{u}.o"));
-    }
-    let makefile = format!(
-        "OBJS = {}\nall: $(OBJS)\n$(BUILD)/%.o: %.c\n\t@mkdir -p $(BUILD)\n\t$(CC) -O2 -c $< -o $@\n",
-        objs.join(" ")
-    );
-    std::fs::write(dir.join("Makefile"), makefile).unwrap();
-}
-
 /// Compiles the agents started, from their own log lines: each ends in
 /// one of two lines, finished or not (killed, failed to start).
 fn agent_compiles(c: &Cluster) -> usize {
@@ -136,7 +110,7 @@ fn local_compiles(c: &Cluster) -> u64 {
 #[test]
 fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
     let dir = tempfile::tempdir().unwrap();
-    slow_project(dir.path());
+    common::slow_project(dir.path(), UNITS);
     let local = common::make(dir.path(), &["-j4".into(), "BUILD=local".into(), "CC=gcc".into()], &[]);
     assert!(local.status.success(), "local build: {}", String::from_utf8_lossy(&local.stderr));
     let expected = common::objects(&dir.path().join("local"));

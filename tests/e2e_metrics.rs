@@ -45,7 +45,8 @@ print(json.dumps(out))
 }
 
 fn scrape(addr: &str) -> String {
-    let out = Command::new("curl").args(["-sSf", "--max-time", "10", &format!("http://{addr}/metrics")]).output().unwrap();
+    let out =
+        Command::new("curl").args(["-sSf", "--max-time", "10", &format!("http://{addr}/metrics")]).output().unwrap();
     assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -109,7 +110,10 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
     let host = st["agents"][0]["host_name"].as_str().unwrap();
     assert_eq!(get("ccroute_connections{role=\"agent\"}"), 1.0);
     assert_eq!(get("ccroute_connections{role=\"consumerd\"}"), 1.0);
-    assert_eq!(get(&format!("ccroute_agent_tokens_limit{{agent=\"{host}\"}}")), st["agents"][0]["token_limit"].as_f64().unwrap());
+    assert_eq!(
+        get(&format!("ccroute_agent_tokens_limit{{agent=\"{host}\"}}")),
+        st["agents"][0]["token_limit"].as_f64().unwrap()
+    );
     assert_eq!(get(&format!("ccroute_agent_tokens_in_use{{agent=\"{host}\"}}")), 0.0);
     // Every remote compile was waited for and timed.
     let completed = get("ccroute_tasks_total{outcome=\"completed\"}") + get("ccroute_tasks_total{outcome=\"failed\"}");

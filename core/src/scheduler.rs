@@ -134,6 +134,7 @@ impl<J: Job> Scheduler<J> {
                 submitted: c.counters.submitted.get(),
                 in_flight: c.in_flight.load(Ordering::Relaxed),
                 remote_limit: c.remote_limit.load(Ordering::Relaxed),
+                intercepted: c.counters.intercepted.get(),
             })
             .collect();
         out.sort_by_key(|c| c.id);

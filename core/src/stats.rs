@@ -66,4 +66,6 @@ pub struct ConsumerdSnapshot {
     pub in_flight: u64,
     /// Its preferred remote limit.
     pub remote_limit: u32,
+    /// Of its tasks, those a hook answered (cache hits).
+    pub intercepted: u64,
 }

@@ -48,6 +48,8 @@ struct Running {
     toolchain: ToolchainKey,
     /// Dropped by the scheduler: its result goes nowhere.
     dropped: bool,
+    /// When it arrived.
+    since: Instant,
 }
 
 /// A finished result kept for a scheduler to adopt.
@@ -141,7 +143,14 @@ impl Work {
             (result.header, result.object)
         });
         self.ids.insert(handle.id(), id);
-        self.running.insert(id, Running { cancel, origin: header.origin, toolchain: header.toolchain, dropped: false });
+        let running = Running {
+            cancel,
+            origin: header.origin,
+            toolchain: header.toolchain,
+            dropped: false,
+            since: Instant::now(),
+        };
+        self.running.insert(id, running);
     }
 
     /// Waits for the next compile to finish; `Some` is a result to send now
@@ -166,6 +175,7 @@ impl Work {
             return None;
         }
         header.task_id = id;
+        header.wall_us = u64::try_from(running.since.elapsed().as_micros()).unwrap_or(u64::MAX);
         if id & ResumedTask::HANDLE_BIT != 0 {
             // Finished while no scheduler had it: kept for one to adopt.
             if let Some(origin) = running.origin {

@@ -111,6 +111,7 @@ impl CachedResult {
             stdout: self.stdout.clone(),
             stderr: self.stderr.clone(),
             cpu_time_us: self.cpu_time_us,
+            wall_us: 0,
             payload: self.payload,
             cached: true,
         }

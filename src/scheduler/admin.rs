@@ -95,6 +95,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                 submitted: c.submitted,
                 in_flight: c.in_flight,
                 remote_limit: c.remote_limit,
+                intercepted: c.intercepted,
             })
             .collect(),
         totals,

@@ -78,8 +78,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     });
 
     let mut senders = JoinSet::new();
-    // When each task in flight here was dispatched (its compile time is a metric).
-    let mut dispatched: HashMap<u64, Instant> = HashMap::new();
+    // Each task in flight here: when it was dispatched, for the metrics and the web view.
+    let mut dispatched: HashMap<u64, Flight> = HashMap::new();
     let mut last_limit = session.token_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -97,7 +97,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             let why = format!("its object stopped arriving from the agent (not whole within {after:?})");
                             let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
                             let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
-                            if let Err(why) = on_frame(&state, &mut session, &mut dispatched, frame, Ticket::Plain) {
+                            if let Err(why) = on_frame((&state, &hello.body.host_name), &mut session, &mut dispatched, frame, Ticket::Plain) {
                                 break Err(why);
                             }
                         }
@@ -117,7 +117,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             continue;
                         }
                     }
-                    if let Err(why) = on_frame(&state, &mut session, &mut dispatched, frame, ticket) {
+                    if let Err(why) = on_frame((&state, &hello.body.host_name), &mut session, &mut dispatched, frame, ticket) {
                         break Err(why);
                     }
                 }
@@ -174,17 +174,29 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         }
     };
     state.shipping.remove_agent(node);
+    if let Some(web) = &state.web {
+        web.agent_left(node.0);
+    }
     super::finish(&conn, "agent", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();
     // Dropping the session places every task the agent held again.
 }
 
+/// A task dispatched to the agent and not answered yet.
+struct Flight {
+    at: Instant,
+    /// How long it waited before its dispatch.
+    queue: Duration,
+    consumerd: u128,
+    spec: Bytes,
+}
+
 /// One frame from the agent. `Err` is a protocol violation.
 fn on_frame(
-    state: &ServerState,
+    (state, agent_name): (&ServerState, &str),
     session: &mut AgentSession<NetJob>,
-    dispatched: &mut HashMap<u64, Instant>,
+    dispatched: &mut HashMap<u64, Flight>,
     frame: Frame,
     ticket: Ticket,
 ) -> super::SessionOutcome {
@@ -192,8 +204,30 @@ fn on_frame(
         // The frame reader hands over exactly the declared payload.
         Message::TaskResult(header) => {
             state.metrics.received(frame.payload.len());
-            if let Some(at) = dispatched.remove(&header.task_id) {
-                state.metrics.compile.observe(at.elapsed());
+            if let Some(f) = dispatched.remove(&header.task_id) {
+                let took = f.at.elapsed();
+                state.metrics.compile.observe(took);
+                if let Some(web) = &state.web {
+                    web.stopped(header.task_id);
+                    // The agent's own time on it (inputs fetched and compiled);
+                    // the rest of the round trip is the transfer both ways.
+                    let compile =
+                        Duration::from_micros(if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us });
+                    let outcome = match header.outcome {
+                        ccroute_wire::Outcome::Success => "ok",
+                        ccroute_wire::Outcome::CompileFailed => "failed",
+                        _ => "error",
+                    };
+                    web.ended(super::web::Ended {
+                        spec: f.spec,
+                        consumerd: f.consumerd,
+                        agent: agent_name.to_owned(),
+                        queue: f.queue,
+                        transfer: took.saturating_sub(compile),
+                        compile,
+                        outcome,
+                    });
+                }
             }
             let reservation = match ticket {
                 Ticket::Reserved(r, _) => Some(Arc::new(r)),
@@ -237,13 +271,16 @@ async fn send_dispatch(
     senders: &mut JoinSet<()>,
     dispatch: Dispatch<NetJob>,
     (state, node): (&ServerState, super::shipping::SessionKey),
-    dispatched: &mut HashMap<u64, Instant>,
+    dispatched: &mut HashMap<u64, Flight>,
 ) -> Result<(), NetError> {
     let shipping = &state.shipping;
     match dispatch {
         Dispatch::Cancel(id) => {
             shipping.inputs_ended(node, id.0);
             dispatched.remove(&id.0);
+            if let Some(web) = &state.web {
+                web.stopped(id.0);
+            }
             writer.send(Message::Cancel(Cancel { task_id: id.0 }), Bytes::new()).await
         }
         Dispatch::Assign(task) => {
@@ -256,9 +293,14 @@ async fn send_dispatch(
             let origin = Origin { consumerd: body.origin.0, task_id: body.header.task_id };
             let header =
                 TaskHeader { task_id: task.id().0, origin: Some(origin), resumed: false, ..body.header.clone() };
-            state.metrics.wait.observe(body.received.elapsed());
+            let queue = body.received.elapsed();
+            state.metrics.wait.observe(queue);
             state.metrics.sent(body.payload.len());
-            dispatched.insert(task.id().0, Instant::now());
+            let flight = Flight { at: Instant::now(), queue, consumerd: body.origin.0, spec: body.header.spec.clone() };
+            dispatched.insert(task.id().0, flight);
+            if let Some(web) = &state.web {
+                web.started(task.id().0, node.0, body.origin.0);
+            }
             net::send_sized(conn, writer, senders, Message::Task(header), body.payload.clone(), ()).await
         }
         Dispatch::Adopt { task, handle } => {
@@ -266,6 +308,16 @@ async fn send_dispatch(
             if body.header.inputs {
                 // A fetch it still has to make goes to the consumerd as for any placement.
                 shipping.inputs_placed(node, task.id().0, body.origin, body.header.task_id);
+            }
+            let flight = Flight {
+                at: Instant::now(),
+                queue: Duration::ZERO,
+                consumerd: body.origin.0,
+                spec: body.header.spec.clone(),
+            };
+            dispatched.insert(task.id().0, flight);
+            if let Some(web) = &state.web {
+                web.started(task.id().0, node.0, body.origin.0);
             }
             writer.send(Message::Adopt(Adopt { handle, task_id: task.id().0 }), Bytes::new()).await
         }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::collector::Collector;
@@ -75,6 +75,11 @@ impl Histogram {
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The sum of the observations, seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
     }
 }
 
@@ -323,16 +328,19 @@ pub(crate) fn render(state: &Arc<ServerState>) -> Result<String, std::fmt::Error
     Ok(out)
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` is cancelled.
+/// Serves `/metrics` and the web view on `listener` until `shutdown` is cancelled.
 pub(crate) async fn serve(listener: TcpListener, state: Arc<ServerState>, shutdown: CancellationToken) {
     let mut connections = JoinSet::new();
+    let recent = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    connections.spawn(super::web::tick(state.clone(), recent.clone(), shutdown.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let state = state.clone();
+                let recent = recent.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, state.clone()));
+                    let service = hyper::service::service_fn(move |req| answer(req, state.clone(), recent.clone()));
                     let io = hyper_util::rt::TokioIo::new(stream);
                     if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
                         tracing::debug!(error = %e, "metrics connection");
@@ -346,15 +354,22 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ServerState>, shutdo
     connections.abort_all();
 }
 
-async fn answer(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let reply = |status: StatusCode, kind: &str, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn answer(
+    req: Request<Incoming>,
+    state: Arc<ServerState>,
+    recent: Arc<std::sync::Mutex<std::collections::VecDeque<super::web::Shown>>>,
+) -> Result<Response<Body>, Infallible> {
+    let with = |status: StatusCode, kind: &str, body: Body| {
+        let mut r = Response::new(body);
         *r.status_mut() = status;
         if let Ok(v) = kind.parse() {
             r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
         }
         r
     };
+    let reply = |status: StatusCode, kind: &str, body: String| with(status, kind, Full::new(Bytes::from(body)).boxed());
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => match render(&state) {
             Ok(text) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
@@ -362,7 +377,20 @@ async fn answer(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
                 reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("cannot encode the metrics: {e}\n"))
             }
         },
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "ccroute: not found (try /metrics)\n".into()),
+        (&Method::GET, "/") => reply(StatusCode::OK, "text/html; charset=utf-8", super::web::INDEX_HTML.into()),
+        (&Method::GET, "/snapshot.json") => {
+            reply(StatusCode::OK, "application/json", super::web::snapshot(&state, &recent).to_string())
+        }
+        (&Method::GET, "/events") => match state.web.as_ref().and_then(|w| w.attach(&state, &recent)) {
+            Some(events) => {
+                let mut r = with(StatusCode::OK, "text/event-stream", events.boxed());
+                r.headers_mut()
+                    .insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
+                r
+            }
+            None => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "ccroute: too many pages attached\n".into()),
+        },
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "ccroute: not found (try / or /metrics)\n".into()),
     })
 }
 

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod optimizer;
 mod resume;
 mod shipping;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -138,6 +139,8 @@ pub(crate) struct ServerState {
     pub(crate) resumes: Arc<resume::Resumes>,
     /// What `/metrics` counts as it happens.
     pub(crate) metrics: metrics::Metrics,
+    /// What the web view keeps, while the metrics listener is on.
+    pub(crate) web: Option<web::Web>,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
 }
@@ -207,6 +210,7 @@ impl Server {
             shipping: shipping::Shipping::default(),
             resumes,
             metrics: metrics::Metrics::default(),
+            web: metrics.is_some().then(web::Web::default),
             shutdown,
         });
         Ok(Server { endpoint, metrics, state, max_connections: config.max_connections, grace: config.shutdown_grace })

@@ -306,3 +306,31 @@ pub fn assert_same_objects(
     }
     assert!(!local.is_empty(), "no objects at all");
 }
+
+/// A project of `units` C files, each about half a second of gcc -O2, with
+/// a Makefile that puts objects in `$(BUILD)`.
+#[allow(dead_code)] // not every test file builds it
+pub fn slow_project(dir: &Path, units: usize) {
+    let mut objs = Vec::new();
+    for u in 0..units {
+        let mut src = format!("static int g{u}(int x) {{\n");
+        for i in 0..250 {
+            src.push_str(&format!(
+                "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
+                i + 3 + u,
+                i % 7 + 1,
+                i * 17,
+                1 << (i % 12),
+                i
+            ));
+        }
+        src.push_str(&format!("    return x;\n}}\nint unit{u}(int x) {{ return g{u}(x) + g{u}(x + 1); }}\n"));
+        std::fs::write(dir.join(format!("u{u}.c")), src).unwrap();
+        objs.push(format!("$(BUILD)/u{u}.o"));
+    }
+    let makefile = format!(
+        "OBJS = {}\nall: $(OBJS)\n$(BUILD)/%.o: %.c\n\t@mkdir -p $(BUILD)\n\t$(CC) -O2 -c $< -o $@\n",
+        objs.join(" ")
+    );
+    std::fs::write(dir.join("Makefile"), makefile).unwrap();
+}

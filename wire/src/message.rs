@@ -299,6 +299,9 @@ pub struct ResultHeader {
     pub stderr: Bytes,
     /// CPU time the compile used on the agent, in microseconds.
     pub cpu_time_us: u64,
+    /// Wall time the agent spent on the task, from its arrival to its result
+    /// (fetching inputs included), in microseconds; 0 when not measured.
+    pub wall_us: u64,
     /// The object that follows.
     pub payload: PayloadInfo,
     /// The scheduler's result cache answered it (no agent compiled it now).
@@ -315,6 +318,7 @@ impl ResultHeader {
             stdout: Bytes::new(),
             stderr: Bytes::new(),
             cpu_time_us: 0,
+            wall_us: 0,
             payload: PayloadInfo::EMPTY,
             cached: false,
         }
@@ -530,6 +534,8 @@ pub struct ConsumerdStatus {
     pub in_flight: u64,
     /// Its share of the cluster: preferred remote limit.
     pub remote_limit: u32,
+    /// Of its tasks, those a hook answered (the scheduler's cache).
+    pub intercepted: u64,
 }
 
 /// Scheduler-wide counters. Each submitted task ends exactly once, so

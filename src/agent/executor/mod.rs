@@ -491,6 +491,7 @@ impl Executor {
             stdout: Bytes::new(),
             stderr: Bytes::new(),
             cpu_time_us: 0,
+            wall_us: 0,
             payload: info,
             cached: false,
         };
@@ -563,6 +564,7 @@ fn finish(
         stdout: out(&f.stdout),
         stderr: out(&f.stderr),
         cpu_time_us: f.cpu_time_us,
+        wall_us: 0,
         payload: PayloadInfo::EMPTY,
         cached: false,
     };
