@@ -710,7 +710,10 @@ fn agents_started_settled(hub: &str, tls: &Path, agents: usize) -> Result<u64, S
             return Ok(n);
         }
         if Instant::now() > deadline {
-            return Err(format!("the agents' counts of compiles started did not settle ({} joined)", agents_joined(&st)));
+            return Err(format!(
+                "the agents' counts of compiles started did not settle ({} joined)",
+                agents_joined(&st)
+            ));
         }
         last = Some(n).filter(|_| agents_joined(&st) == agents);
         std::thread::sleep(Duration::from_millis(1_200));
