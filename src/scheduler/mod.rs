@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod optimizer;
 mod resume;
 mod shipping;
+mod trim;
 mod web;
 
 use std::net::SocketAddr;
@@ -241,6 +242,10 @@ impl Server {
         let mut connections = JoinSet::new();
         let metrics_stop = state.shutdown.child_token();
         let metrics = metrics.map(|l| tokio::spawn(metrics::serve(l, state.clone(), metrics_stop.clone())));
+        // Freed memory goes back to the system once a load has ended (see `trim`).
+        let mut idle_trim = trim::IdleTrim::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
         let mut sweep = tokio::time::interval(resume::SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -257,6 +262,12 @@ impl Server {
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 _ = sweep.tick() => state.resumes.sweep(),
+                _ = tick.tick() => {
+                    let requests = state.scheduler.totals().requests;
+                    if idle_trim.observe(Instant::now(), requests, in_flight(&state.scheduler)) {
+                        connections.spawn_blocking(trim::release_free_memory);
+                    }
+                }
                 () = shutdown.cancelled() => break,
             }
         }

@@ -1,0 +1,312 @@
+//! Memory that comes back: the scheduler's RSS idle, at the peak of a
+//! 10,000-unit run, and a while after the run ends, as a ratio to idle.
+//!
+//! The scheduler is a process of its own (this package's `ccroute`
+//! binary) on 127.0.0.1, without its optimizer; 4 agents × 64 tokens (the
+//! real agent daemon with the no-op test toolchain, nothing compiled) and 8
+//! consumerds' links run in this process, over real QUIC. The run submits
+//! `units` units of 32 KiB of incompressible text each, at most 2,000 at
+//! once, so that the scheduler holds up to ~64 MiB of payloads and ~1,700
+//! waiting tasks at its peak; every unit must come back from an agent.
+//! Then nothing happens; the RSS is read 2 s and 15 s after the last
+//! answer, with every peer still connected, as after a build.
+//!
+//! `cargo bench --bench memory` runs 20,000 units without the result cache
+//! and prints idle, peak and after in MiB and after ÷ idle against the
+//! target (≤ 1.20). `-- cache` runs it again with the cache's memory tier
+//! on (objects of 16 KiB, cached): that tier is bounded on purpose
+//! (`--cache-memory`, 256 MiB by default) and is shown apart: its bytes are
+//! taken off "after" for the ratio. Under `cargo test` (no `--bench`
+//! argument) it runs 300 units and checks that every one was answered, not
+//! the memory.
+//!
+//! Left out: the scheduler's CPU (the farm's `scale` preset measures it),
+//! shipped toolchains and inputs (units here are text).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ccroute::agent::daemon::AgentConfig;
+use ccroute::agent::executor::replay::{fill_noise, ReplayArg};
+use ccroute::consumerd::link::{Link, LinkConfig};
+use ccroute::consumerd::{Remote, RemoteJob, Stats};
+use ccroute::net::{tls, CertRole, Identity};
+use ccroute::toolchain::test_toolchain;
+use ccroute_wire::{StatusReport, TaskSpec};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const CCROUTE: &str = env!("CARGO_BIN_EXE_ccroute");
+const AGENTS: usize = 4;
+const TOKENS: u32 = 64;
+const LINKS: usize = 8;
+const WINDOW: usize = 2_000;
+const TEXT_BYTES: usize = 32 << 10;
+/// After ÷ idle the issue asks for.
+const TARGET_RATIO: f64 = 1.20;
+
+fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let full = args.iter().any(|a| a == "--bench");
+    let with_cache = args.iter().any(|a| a == "cache");
+    let units = if full { 20_000 } else { 300 };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    println!(
+        "memory: the scheduler's RSS around a run of {units} units ({AGENTS} agents × {TOKENS} tokens, {LINKS} consumerds, \
+         {WINDOW} units at once, {} KiB of text each){}",
+        TEXT_BYTES >> 10,
+        if full { "" } else { "; smoke size, answers checked only (run with --bench for figures)" }
+    );
+    let mut runs = vec![false];
+    if with_cache {
+        runs.push(true);
+    }
+    let mut missed = false;
+    for cache in runs {
+        let r = runtime.block_on(run(units, cache))?;
+        println!("{}", r.line());
+        if full && r.ratio() > TARGET_RATIO {
+            missed = true;
+        }
+    }
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    if missed {
+        println!("memory: the RSS after the run is above {TARGET_RATIO:.2} × idle");
+    }
+    Ok(())
+}
+
+/// What one run measured, in bytes.
+#[derive(Debug, Default)]
+struct Figures {
+    cache: bool,
+    start: u64,
+    idle: u64,
+    peak: u64,
+    after_2s: u64,
+    after_15s: u64,
+    /// The cache's memory tier after the run.
+    tier: u64,
+    took: Duration,
+}
+
+impl Figures {
+    /// RSS 15 s after, less the cache's memory tier, over idle.
+    fn ratio(&self) -> f64 {
+        self.after_15s.saturating_sub(self.tier) as f64 / self.idle.max(1) as f64
+    }
+
+    fn line(&self) -> String {
+        let m = |b: u64| b as f64 / 1048576.0;
+        format!(
+            "memory ({}): start {:.1} MiB, idle {:.1}, peak {:.1}, 2 s after {:.1}, 15 s after {:.1}{}; \
+             after ÷ idle = {:.2} (target ≤ {TARGET_RATIO:.2}: {}); the run took {:.1} s",
+            if self.cache { "cache on" } else { "no cache" },
+            m(self.start),
+            m(self.idle),
+            m(self.peak),
+            m(self.after_2s),
+            m(self.after_15s),
+            if self.cache { format!(" (of which the memory tier holds {:.1})", m(self.tier)) } else { String::new() },
+            self.ratio(),
+            if self.ratio() <= TARGET_RATIO { "met" } else { "missed" },
+            self.took.as_secs_f64(),
+        )
+    }
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The scheduler process; killed when dropped.
+struct SchedulerProcess(Child);
+
+impl Drop for SchedulerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_scheduler(
+    work: &Path,
+    tls_dir: &Path,
+    cache: bool,
+) -> Result<(SchedulerProcess, std::net::SocketAddr), BoxError> {
+    let log = std::fs::File::create(work.join("scheduler.log"))?;
+    let mut cmd = Command::new(CCROUTE);
+    cmd.args(["scheduler", "--listen", "127.0.0.1:0", "--no-optimizer", "--tls-dir"]).arg(tls_dir);
+    if cache {
+        cmd.arg("--cache-dir").arg(work.join("cache"));
+    } else {
+        cmd.arg("--no-cache");
+    }
+    let mut child = cmd.env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(log).spawn()?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let process = SchedulerProcess(child);
+    let line = std::io::BufRead::lines(std::io::BufReader::new(out))
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("ccroute scheduler listening on"))
+        .ok_or("the scheduler did not start")?;
+    let addr = line.rsplit(' ').next().unwrap_or("").parse()?;
+    Ok((process, addr))
+}
+
+async fn status(addr: std::net::SocketAddr, admin: &Identity) -> Result<StatusReport, BoxError> {
+    ccroute::cli::status::fetch(addr, admin).await
+}
+
+/// A unit: no compile time, `seq` first so that no two texts are alike.
+fn job(seq: u64, pool: &Bytes, cache: bool) -> RemoteJob {
+    let object = if cache { 16 << 10 } else { 64 };
+    let arg = ReplayArg { micros: 0, object_bytes: object, wire_bytes: object };
+    let at = (seq as usize * 4099) % (pool.len() - TEXT_BYTES);
+    let mut text = Vec::with_capacity(TEXT_BYTES);
+    text.extend_from_slice(format!("{seq:020}\n").as_bytes());
+    text.extend_from_slice(&pool[at..at + TEXT_BYTES - text.len()]);
+    RemoteJob {
+        compiler: "/usr/bin/ccroute-test".into(),
+        toolchain: Arc::new(test_toolchain()),
+        package: None,
+        spec: TaskSpec { args: vec![arg.to_arg()], input_path: "u.c".into(), cwd: None, env: vec![], inputs: None },
+        text: Bytes::from(text),
+        cacheable: cache,
+        inputs: None,
+    }
+}
+
+async fn run(units: usize, cache: bool) -> Result<Figures, BoxError> {
+    let work = tempfile::Builder::new().prefix("ccroute-memory-").tempdir()?;
+    let tls_dir = work.path().join("tls");
+    let out = Command::new(CCROUTE).args(["certs", "init"]).arg(&tls_dir).output()?;
+    if !out.status.success() {
+        return Err(format!("certs init: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let (scheduler, addr) = start_scheduler(work.path(), &tls_dir, cache)?;
+    let pid = scheduler.0.id();
+    let admin = tls::load(&tls_dir, CertRole::Admin)?;
+    let mut f = Figures { cache, ..Figures::default() };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.start = rss_bytes(pid);
+
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let agent_id = Arc::new(tls::load(&tls_dir, CertRole::Agent)?);
+    let scratch = work.path().join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    for i in 0..AGENTS {
+        let mut a = AgentConfig::new(addr, agent_id.clone());
+        a.jobs = TOKENS;
+        a.discover = false;
+        a.test_toolchain = true;
+        a.shipping = None;
+        a.scratch_parent.clone_from(&scratch);
+        a.host_name = format!("memory-a{i}");
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            if let Err(e) = ccroute::agent::daemon::run(a, stop).await {
+                eprintln!("memory: agent {i}: {e}");
+            }
+        });
+    }
+    let consumerd_id = tls::load(&tls_dir, CertRole::Consumerd)?;
+    let mut links = Vec::with_capacity(LINKS);
+    for i in 0..LINKS {
+        let mut lc = LinkConfig::new(addr, consumerd_id.clone());
+        lc.host_name = format!("memory-c{i}");
+        links.push(Link::start(lc, Arc::new(Stats::default()), stop.clone(), &tasks));
+    }
+    for l in &links {
+        let mut w = l.window();
+        tokio::time::timeout(Duration::from_secs(60), w.wait_for(|v| *v > 0))
+            .await
+            .map_err(|_| "memory: a consumerd did not connect in 60 s")?
+            .map_err(|_| "memory: a link ended")?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status(addr, &admin).await?.agents.len() < AGENTS {
+        if Instant::now() > deadline {
+            return Err("memory: the agents did not join in 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.idle = rss_bytes(pid);
+
+    // The peak: sampled every 20 ms while the run lasts.
+    let peak = Arc::new(AtomicU64::new(0));
+    let running = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, running) = (peak.clone(), running.clone());
+        tokio::spawn(async move {
+            while running.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_bytes(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let mut pool = vec![0u8; 4 << 20];
+    fill_noise(&mut pool, 0x5eed);
+    let pool = Bytes::from(pool);
+    let started = Instant::now();
+    let mut running_units = JoinSet::new();
+    let (mut answered, mut failed) = (0usize, Vec::new());
+    for seq in 0..units {
+        while running_units.len() >= WINDOW {
+            tally(running_units.join_next().await, &mut answered, &mut failed);
+        }
+        let l = links[seq % LINKS].clone();
+        let j = job(seq as u64, &pool, cache);
+        running_units.spawn(async move { l.compile(j).await.map(|_| ()).map_err(|e| e.to_string()) });
+    }
+    while let Some(done) = running_units.join_next().await {
+        tally(Some(done), &mut answered, &mut failed);
+    }
+    f.took = started.elapsed();
+    running.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    f.peak = peak.load(Ordering::Relaxed);
+    if answered != units {
+        return Err(format!(
+            "memory: {answered} of {units} units came back from an agent; the first failures: {:?}",
+            &failed[..failed.len().min(3)]
+        )
+        .into());
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.after_2s = rss_bytes(pid);
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    f.after_15s = rss_bytes(pid);
+    let s = status(addr, &admin).await?;
+    f.tier = s.cache.iter().flat_map(|c| c.tiers.iter()).filter(|t| t.name == "memory").map(|t| t.bytes).sum();
+    stop.cancel();
+    tasks.close();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tasks.wait()).await;
+    drop(scheduler);
+    Ok(f)
+}
+
+fn tally(
+    done: Option<Result<Result<(), String>, tokio::task::JoinError>>,
+    answered: &mut usize,
+    failed: &mut Vec<String>,
+) {
+    match done {
+        Some(Ok(Ok(()))) => *answered += 1,
+        Some(Ok(Err(e))) => failed.push(e),
+        Some(Err(e)) => failed.push(e.to_string()),
+        None => {}
+    }
+}
