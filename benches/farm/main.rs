@@ -904,6 +904,16 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             }
         }
     }
+    // Faults not reached before the builds ended (a cut's healing, say) take
+    // effect now, so that every agent is back to be counted.
+    for f in faults {
+        match f.on {
+            FaultOn::Agent(i) => net.set_loss(i, f.permille)?,
+            FaultOn::Build(b) => net.set_loss(s.agents + b, f.permille)?,
+            FaultOn::Hub => net.set_hub_loss(f.permille)?,
+            FaultOn::SchedulerRestart => {}
+        }
+    }
     let cpu_after = cpu_seconds(sched_pid);
     let relay_cpu = cpu_seconds(relay_pid) - relay_cpu_before;
     let after = status(&net.hub, &tls)?;
