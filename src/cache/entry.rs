@@ -30,7 +30,7 @@ use thiserror::Error;
 /// First bytes of every entry.
 pub const MAGIC: [u8; 4] = *b"ccrc";
 /// The format this module writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 const CHECKSUM_AT: usize = MAGIC.len() + 4;
 const KEY_AT: usize = CHECKSUM_AT + 32;
@@ -189,7 +189,14 @@ impl CachedResult {
         let Message::TaskResult(header) = frame.message else {
             return corrupt(format!("frame holds a {}, not a task result", frame.message.name()));
         };
-        Self::from_result(&header, frame.payload).or_else(|e| corrupt(e.to_string()))
+        let result = Self::from_result(&header, frame.payload).or_else(|e| corrupt(e.to_string()))?;
+        // Only the form `encode` writes: a header with other values in the
+        // fields a stored result does not keep (task id, flags, timings) is
+        // not one this cache wrote.
+        if result.to_header(0) != header {
+            return corrupt("the stored header is not in the form this cache writes".into());
+        }
+        Ok(result)
     }
 }
 
