@@ -20,13 +20,17 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
+/// `ccroute --version`: the package's version and the commit it was built
+/// from (see build.rs; "unknown" outside a git checkout).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CCROUTE_COMMIT"), ")");
+
 /// The scheduler's port when an address names none.
 pub const DEFAULT_PORT: u16 = 7300;
 
 /// ccroute: distributed C/C++ compiles. `ccroute <compiler> <args>…` runs
 /// one compile through the local consumerd.
 #[derive(Debug, Parser)]
-#[command(name = "ccroute", version, disable_help_subcommand = true)]
+#[command(name = "ccroute", version = VERSION, disable_help_subcommand = true)]
 pub struct Cli {
     /// Log lines as JSON.
     #[arg(long, global = true, env = "CCROUTE_LOG_JSON")]
@@ -64,6 +68,11 @@ pub enum Command {
     /// Build the bundled sample project through a scheduler, two agents and a
     /// consumerd on 127.0.0.1, twice.
     Demo(DemoArgs),
+    /// Print a completion script for a shell, e.g. `ccroute completions bash
+    /// > /etc/bash_completion.d/ccroute`.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one per command with --dir.
+    Man(ManArgs),
 }
 
 /// `ccroute certs …`.
@@ -260,6 +269,28 @@ pub struct StatusArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Ask again every second: in place on a terminal until q or ctrl-c;
+    /// one report after another into a pipe or file; one JSON document per
+    /// line with --json.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+}
+
+/// `ccroute completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `ccroute man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write one page per command (ccroute.1, ccroute-status.1, ...) into
+    /// this directory instead of printing ccroute(1) to stdout.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `ccroute demo`.

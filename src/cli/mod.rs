@@ -14,8 +14,11 @@
 
 pub mod args;
 pub mod demo;
+pub mod docs;
 pub mod local_cache;
+pub mod progress;
 pub mod status;
+pub mod watch;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,8 @@ use crate::net::{tls, CertRole, TransportOptions};
 
 /// Subcommand names: an argument list starting with one of these is ours,
 /// anything else is a compiler.
-const SUBCOMMANDS: &[&str] = &["certs", "scheduler", "agent", "consumerd", "status", "stats", "cache", "demo"];
+const SUBCOMMANDS: &[&str] =
+    &["certs", "scheduler", "agent", "consumerd", "status", "stats", "cache", "demo", "completions", "man"];
 
 /// The process entry point; returns the exit code.
 pub fn main(argv: Vec<OsString>) -> i32 {
@@ -83,7 +87,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
     // The demo prints its own report; its daemons only speak up about trouble.
     let quiet = matches!(
         cli.command,
-        Command::Demo(_) | Command::Status(_) | Command::Certs { .. } | Command::Stats(_) | Command::Cache { .. }
+        Command::Demo(_)
+            | Command::Status(_)
+            | Command::Certs { .. }
+            | Command::Stats(_)
+            | Command::Cache { .. }
+            | Command::Completions(_)
+            | Command::Man(_)
     );
     init_logs(
         cli.log_json,
@@ -113,9 +123,15 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
         Command::Stats(a) => local_cache::run(&a, ccroute_wire::local::Query::Stats),
         Command::Cache { action: args::CacheAction::Clear(a) } => {
-            local_cache::run(&a, ccroute_wire::local::Query::Clear)
+            use std::io::IsTerminal;
+            let stderr = std::io::stderr();
+            progress::while_running("clearing the cache", stderr.is_terminal(), stderr, || {
+                local_cache::run(&a, ccroute_wire::local::Query::Clear)
+            })
         }
         Command::Demo(a) => runtime(None)?.block_on(demo::run(a)),
+        Command::Completions(a) => docs::completions(a.shell, &mut std::io::stdout().lock()),
+        Command::Man(a) => docs::man(a.dir.as_deref()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `ccroute status`: asks the scheduler (as role admin) for a snapshot and
-//! prints it as tables, or as JSON with `--json`.
+//! prints it as tables, or as JSON with `--json`; `--watch` asks again every
+//! second (see [`super::watch`]) over the same [`AdminLink`].
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -9,13 +10,16 @@ use ccroute_wire::{Hello, HelloBody, Message, Query, Reply, Role, StatusReport, 
 
 use super::args::{self, StatusArgs};
 use super::BoxError;
-use crate::net::{self, tls, CertRole, Identity, StreamOptions, TransportOptions};
+use crate::net::{self, tls, CertRole, Endpoint, FrameReader, FrameWriter, Identity, StreamOptions, TransportOptions};
 
-/// Runs `ccroute status`.
+/// Runs `ccroute status`, once or (`--watch`) every second.
 pub(crate) async fn run(a: StatusArgs) -> Result<(), BoxError> {
     let file = args::load_file()?;
     let addr = args::scheduler_addr(a.scheduler.as_ref(), &file)?;
     let identity = tls::load(&args::tls_dir(&a.tls, &file), CertRole::Admin)?;
+    if a.watch {
+        return super::watch::run(addr, &identity, a.json).await;
+    }
     let report = fetch(addr, &identity).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json(&report))?);
@@ -31,32 +35,66 @@ pub(crate) async fn run(a: StatusArgs) -> Result<(), BoxError> {
 /// Connection, handshake or protocol failures, as sentences.
 pub async fn fetch(addr: SocketAddr, identity: &Identity) -> Result<StatusReport, BoxError> {
     let endpoint = net::client_endpoint(identity, &TransportOptions::default(), addr)?;
-    let conn = net::connect(&endpoint, addr).await?;
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        body: HelloBody {
-            role: Role::Admin,
-            node_id: crate::net::random_id(),
-            host_name: crate::host::host_name(),
-            system: net::system_info(),
-            toolchains: vec![],
-            usage_limit: 0,
-            shipping: ccroute_wire::Shipping::Off,
-            resumed: Vec::new(),
-        },
-    };
-    let (writer, mut reader, _) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
-    writer.send(Message::Query(Query::Status), Bytes::new()).await?;
-    let frame = reader.next().await?.ok_or("the scheduler closed the stream without answering")?;
-    let report = match frame.message {
-        Message::Reply(reply) => match *reply {
-            Reply::Status(r) => r,
-        },
-        other => return Err(format!("the scheduler answered with a {}", other.name()).into()),
-    };
-    let _ = writer.finish().await;
+    let mut link = AdminLink::open(&endpoint, addr).await?;
+    let report = link.status().await;
+    link.finish().await;
     net::shutdown(&endpoint, net::CloseReason::Done).await;
-    Ok(report)
+    report
+}
+
+/// An admin connection to the scheduler, which answers one status query
+/// after another on it.
+#[derive(Debug)]
+pub(crate) struct AdminLink {
+    writer: FrameWriter,
+    reader: FrameReader,
+}
+
+impl AdminLink {
+    /// Connects to the scheduler at `addr` through `endpoint` and says hello
+    /// as an admin.
+    ///
+    /// # Errors
+    /// Connection or handshake failures. While nothing answers this waits
+    /// for the endpoint's idle timeout: bound it with a timeout of your own.
+    pub(crate) async fn open(endpoint: &Endpoint, addr: SocketAddr) -> Result<AdminLink, BoxError> {
+        let conn = net::connect(endpoint, addr).await?;
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            body: HelloBody {
+                role: Role::Admin,
+                node_id: crate::net::random_id(),
+                host_name: crate::host::host_name(),
+                system: net::system_info(),
+                toolchains: vec![],
+                usage_limit: 0,
+                shipping: ccroute_wire::Shipping::Off,
+                resumed: Vec::new(),
+            },
+        };
+        let (writer, reader, _) = net::client_handshake(&conn, &hello, &StreamOptions::default()).await?;
+        Ok(AdminLink { writer, reader })
+    }
+
+    /// Asks for a report and waits for it.
+    ///
+    /// # Errors
+    /// A lost connection or an answer that is not a report.
+    pub(crate) async fn status(&mut self) -> Result<StatusReport, BoxError> {
+        self.writer.send(Message::Query(Query::Status), Bytes::new()).await?;
+        let frame = self.reader.next().await?.ok_or("the scheduler closed the stream without answering")?;
+        match frame.message {
+            Message::Reply(reply) => match *reply {
+                Reply::Status(r) => Ok(r),
+            },
+            other => Err(format!("the scheduler answered with a {}", other.name()).into()),
+        }
+    }
+
+    /// Ends the stream: the scheduler's side of it ends too.
+    pub(crate) async fn finish(self) {
+        let _ = self.writer.finish().await;
+    }
 }
 
 /// The report as JSON, with 128-bit ids as hex strings (JSON numbers would
