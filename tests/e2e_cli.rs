@@ -103,13 +103,15 @@ fn the_bash_completion_parses_and_knows_every_subcommand() {
 fn zsh_and_fish_completions_are_scripts_for_them() {
     let zsh = String::from_utf8(run(&["completions", "zsh"]).stdout).unwrap();
     assert!(zsh.starts_with("#compdef ccroute"), "{}", &zsh[..zsh.len().min(200)]);
-    if have("zsh") {
+    {
+        assert!(have("zsh"), "zsh is not installed (./scripts/test installs it)");
         let out = Command::new("zsh").args(["-n", "-c", &zsh]).output().unwrap();
         assert!(out.status.success(), "zsh -n: {}", String::from_utf8_lossy(&out.stderr));
     }
     let fish = String::from_utf8(run(&["completions", "fish"]).stdout).unwrap();
     assert!(fish.contains("complete -c ccroute") && fish.contains("-a \"status\""), "{fish}");
-    if have("fish") {
+    {
+        assert!(have("fish"), "fish is not installed (./scripts/test installs it)");
         let out = Command::new("fish").args(["--no-execute", "-c", &fish]).output().unwrap();
         assert!(out.status.success(), "fish --no-execute: {}", String::from_utf8_lossy(&out.stderr));
     }

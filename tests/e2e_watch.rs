@@ -88,8 +88,10 @@ impl Drop for Tmux {
     }
 }
 
-fn have_tmux() -> bool {
-    Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
+/// tmux must be there: a test that cannot run here fails, saying why.
+fn need_tmux() {
+    let found = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
+    assert!(found, "tmux is not installed (./scripts/test installs it: apt-get install tmux)");
 }
 
 /// The watch's command line in the pane: after the watch, its exit status
@@ -138,10 +140,7 @@ fn marks_file(cluster: &Cluster, name: &str) -> PathBuf {
 
 #[test]
 fn watch_shows_the_farm_and_quits_on_q() {
-    if !have_tmux() {
-        eprintln!("no tmux: skipped");
-        return;
-    }
+    need_tmux();
     let mut cluster = Cluster::new();
     let addr = cluster.start_scheduler(&[]).to_string();
     cluster.start_agent(&["--name", "watched-agent", "--jobs", "2"]);
@@ -163,10 +162,7 @@ fn watch_shows_the_farm_and_quits_on_q() {
 
 #[test]
 fn watch_outlives_the_scheduler_and_quits_on_ctrl_c() {
-    if !have_tmux() {
-        eprintln!("no tmux: skipped");
-        return;
-    }
+    need_tmux();
     let mut cluster = Cluster::new();
     let addr = cluster.start_scheduler(&[]).to_string();
     cluster.start_agent(&["--name", "watched-agent", "--jobs", "2"]);
