@@ -135,3 +135,38 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
 }
+
+#[test]
+fn the_optimizers_decisions_are_counted_by_kind() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-cache", "--metrics", &metrics]);
+    c.start_agent(&["--jobs", "4"]);
+    c.wait_ready(1);
+    // The optimizer decides once a second per agent; an idle agent's
+    // decisions are holds, counted under their kind.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = parse(&scrape(&metrics)).unwrap();
+        let total: f64 =
+            m.iter().filter(|(k, _)| k.starts_with("ccroute_optimizer_decisions_total{")).map(|(_, v)| *v).sum();
+        if total >= 2.0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no decision counted in 30 s: {m:?}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    // Every kind is listed (a bounded label set), even those never taken.
+    for kind in ccroute_core::optimizer::Reason::KINDS {
+        let key = format!("ccroute_optimizer_decisions_total{{reason=\"{kind}\"}}");
+        assert!(m.contains_key(&key), "no {key} in {m:?}");
+    }
+    // The kind counted matches the sentence `status` shows.
+    let last = c.status()["agents"][0]["last_decision"].as_str().unwrap_or_default().to_owned();
+    assert!(last.starts_with("hold") || last.starts_with("raise"), "an idle agent's decision: {last}");
+    let holds: f64 = ["no_data", "idle", "at_target", "busy", "at_max", "remembered"]
+        .iter()
+        .map(|k| m[&format!("ccroute_optimizer_decisions_total{{reason=\"{k}\"}}")])
+        .sum();
+    assert!(holds >= 1.0, "an idle agent's decisions are holds: {m:?}");
+}

@@ -17,8 +17,8 @@
 //! toolchain key (one per toolchain the farm serves) and `agent` an agent's
 //! host name (one per agent) — no paths, task ids or digests.
 //!
-//! Left out: the optimizer's decisions by reason (its reasons are sentences
-//! with figures in them, not a bounded set yet).
+//! The optimizer's decisions are counted by their kind (`lower`, `raise`,
+//! `busy`, … — a fixed set), not by their sentence, which carries figures.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -301,6 +301,17 @@ fn families(state: &ServerState) -> Vec<Family> {
         queued = queued.row(vec![("route", route.toolchain.to_string())], route.queued as f64);
     }
     families.extend([tokens_in_use, tokens_limit, started, queued]);
+    if let Some(optimizer) = &state.optimizer {
+        let mut decisions = Family::new(
+            "ccroute_optimizer_decisions",
+            "The optimizer's decisions on agents' token limits, by kind",
+            counter,
+        );
+        for (kind, n) in optimizer.decisions_by_kind() {
+            decisions = decisions.row(vec![("reason", kind.into())], n as f64);
+        }
+        families.push(decisions);
+    }
     if let Some(cache) = &r.cache {
         let mut lookups = Family::new("ccroute_cache_lookups", "Result cache lookups, by tier and result", counter);
         let mut bytes =

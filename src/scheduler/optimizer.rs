@@ -14,12 +14,12 @@
 //! pages read. Nothing here is on the task hot path.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ccroute_core::optimizer::{AgentInput, Optimizer, Params, TickInput};
+use ccroute_core::optimizer::{AgentInput, Optimizer, Params, Reason, TickInput};
 use ccroute_core::{AgentId, ConsumerdId, Job, Scheduler};
 
 /// How the optimizer thread runs.
@@ -54,6 +54,9 @@ pub struct DecisionView {
     pub limit: u32,
     /// Why, as a sentence.
     pub reason: String,
+    /// The kind of decision, without its figures (one of
+    /// [`Reason::KINDS`](ccroute_core::optimizer::Reason::KINDS)).
+    pub kind: &'static str,
     /// CPU use against capacity over the last interval.
     pub cpu_use: Option<f64>,
     /// Fraction of enforcement periods throttled over the last interval.
@@ -65,6 +68,8 @@ pub struct DecisionView {
 struct Shared {
     stop: AtomicBool,
     decisions: Mutex<HashMap<AgentId, DecisionView>>,
+    /// Decisions since the start, by kind (indexed as `Reason::KINDS`).
+    by_kind: [AtomicU64; Reason::KINDS.len()],
 }
 
 /// The running optimizer thread; dropping it stops the thread.
@@ -85,7 +90,11 @@ impl OptimizerThread {
     /// # Errors
     /// When the OS refuses a thread.
     pub fn spawn<J: Job>(scheduler: Scheduler<J>, config: DriverConfig) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared { stop: AtomicBool::new(false), decisions: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            decisions: Mutex::new(HashMap::new()),
+            by_kind: std::array::from_fn(|_| AtomicU64::new(0)),
+        });
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new().name("ccroute-optimizer".into()).spawn(move || {
             let mut tuner = Tuner::new(config.params);
@@ -103,6 +112,12 @@ impl OptimizerThread {
                 }
                 next_tick += config.interval;
                 let decisions = tuner.tick(&scheduler);
+                for d in decisions.values() {
+                    if let Some(i) = Reason::KINDS.iter().position(|k| *k == d.kind) {
+                        // Relaxed: a display counter.
+                        thread_shared.by_kind[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 match thread_shared.decisions.lock() {
                     Ok(mut d) => *d = decisions,
                     Err(poisoned) => *poisoned.into_inner() = decisions,
@@ -110,6 +125,11 @@ impl OptimizerThread {
             }
         })?;
         Ok(OptimizerThread { shared, handle: Some(handle) })
+    }
+
+    /// Decisions taken since the start, per kind, every kind listed.
+    pub fn decisions_by_kind(&self) -> Vec<(&'static str, u64)> {
+        Reason::KINDS.iter().zip(&self.shared.by_kind).map(|(k, n)| (*k, n.load(Ordering::Relaxed))).collect()
     }
 
     /// The last decision per agent.
@@ -196,6 +216,7 @@ impl Tuner {
                 DecisionView {
                     limit: applied,
                     reason: d.reason.to_string(),
+                    kind: d.reason.kind(),
                     cpu_use: d.factors.as_ref().map(|f| f.cpu_use),
                     throttled: d.factors.as_ref().map(|f| f.throttled),
                     pressure: d.factors.as_ref().and_then(|f| f.pressure),

@@ -178,6 +178,46 @@ pub enum Reason {
     },
 }
 
+impl Reason {
+    /// Every [`Reason::kind`], in declaration order: a bounded set, for
+    /// counting decisions by kind (a metric label).
+    pub const KINDS: [&'static str; 13] = [
+        "no_data",
+        "above_max",
+        "lower",
+        "at_minimum",
+        "draining",
+        "contended",
+        "raise",
+        "probe",
+        "at_target",
+        "remembered",
+        "busy",
+        "at_max",
+        "idle",
+    ];
+
+    /// The kind of decision, without its figures: one of [`Reason::KINDS`].
+    pub fn kind(&self) -> &'static str {
+        let i = match self {
+            Reason::NoData { .. } => 0,
+            Reason::AboveMax { .. } => 1,
+            Reason::Lower { .. } => 2,
+            Reason::AtMinimum { .. } => 3,
+            Reason::Draining { .. } => 4,
+            Reason::Contended { .. } => 5,
+            Reason::Raise { .. } => 6,
+            Reason::Probe { .. } => 7,
+            Reason::AtTarget { .. } => 8,
+            Reason::Remembered { .. } => 9,
+            Reason::Busy { .. } => 10,
+            Reason::AtMax { .. } => 11,
+            Reason::Idle { .. } => 12,
+        };
+        Self::KINDS[i]
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pct = |x: f64| x * 100.0;
@@ -470,6 +510,39 @@ fn lower(params: &Params, f: &Factors, overload: Overload, estimate: Option<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_of_reason_is_named_once_and_says_what_it_did() {
+        let o = Overload::Pressure(0.5);
+        let all = [
+            Reason::NoData { dropped: 0 },
+            Reason::AboveMax { max: 4 },
+            Reason::Lower { overload: o, capacity: 4.0, step: Step::Backoff(0.25) },
+            Reason::AtMinimum { overload: o },
+            Reason::Draining { overload: o, running: 3.0, limit: 2 },
+            Reason::Contended { overload: o },
+            Reason::Raise { cpu_use: 0.5, capacity: 4.0, tokens: 2, target: None },
+            Reason::Probe { cpu_use: 0.5, capacity: 4.0, tokens: 2 },
+            Reason::AtTarget { limit: 4, capacity: 4.0, task_cpu: 1.0 },
+            Reason::Remembered { over: 8, left: 3 },
+            Reason::Busy { cpu_use: 0.95, capacity: 4.0 },
+            Reason::AtMax { max: 8, cpu_use: 0.5, capacity: 4.0 },
+            Reason::Idle { in_use: 1, limit: 4 },
+        ];
+        let kinds: Vec<&str> = all.iter().map(Reason::kind).collect();
+        assert_eq!(kinds, Reason::KINDS, "one kind per variant, in order");
+        for r in &all {
+            // The sentence starts with what the limit did, which the kind refines.
+            let verb = r.to_string().split(':').next().unwrap_or_default().to_owned();
+            let expected = match r.kind() {
+                "above_max" | "lower" => "lower",
+                "raise" => "raise",
+                "probe" => "raise by one",
+                _ => "hold",
+            };
+            assert_eq!(verb, expected, "{}: {r}", r.kind());
+        }
+    }
 
     /// An interval on 4 CPUs with `running` compiles using `cpus`.
     fn reading(cpus: f64, running: f64) -> Reading {
