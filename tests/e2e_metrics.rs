@@ -61,8 +61,10 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut c = Cluster::new();
     c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", &metrics]);
-    c.start_agent(&["--jobs", "8"]);
-    c.start_consumerd(1, true);
+    let agent_metrics = format!("127.0.0.1:{}", free_port());
+    let consumerd_metrics = format!("127.0.0.1:{}", free_port());
+    c.start_agent(&["--jobs", "8", "--metrics", &agent_metrics]);
+    c.start_consumerd_with(1, true, &["--metrics", &consumerd_metrics]);
     c.wait_ready(1);
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
@@ -80,6 +82,8 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
         let deadline = Instant::now() + Duration::from_secs(300);
         while !builder.is_finished() && Instant::now() < deadline {
             scrapes.push(scrape(&metrics));
+            scrapes.push(scrape(&agent_metrics));
+            scrapes.push(scrape(&consumerd_metrics));
             std::thread::sleep(Duration::from_millis(200));
         }
         let out = builder.join().unwrap();
@@ -121,12 +125,53 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
     assert_eq!(get("ccroute_task_compile_seconds_count{}"), completed);
     assert!(get("ccroute_payload_received_bytes_total{}") > 0.0);
     assert!(get("ccroute_payload_sent_bytes_total{}") > 0.0);
-    let info = format!(
-        "ccroute_build_info{{protocol=\"{}\",version=\"{}\"}}",
-        ccroute_wire::PROTOCOL_VERSION,
-        env!("CARGO_PKG_VERSION")
+    let info = |daemon: &str| {
+        format!(
+            "ccroute_build_info{{daemon=\"{daemon}\",protocol=\"{}\",version=\"{}\"}}",
+            ccroute_wire::PROTOCOL_VERSION,
+            env!("CARGO_PKG_VERSION")
+        )
+    };
+    assert_eq!(get(&info("scheduler")), 1.0);
+
+    // The agent's own: every compile it started ended, as many succeeded
+    // as the scheduler counted completed, and each was timed.
+    let a = parse(&scrape(&agent_metrics)).unwrap();
+    let aget = |k: &str| *a.get(k).unwrap_or_else(|| panic!("no sample {k} in the agent's {a:?}"));
+    assert_eq!(aget(&info("agent")), 1.0);
+    let started = aget("ccroute_agent_compiles_started_total{}");
+    let ended: f64 = ["success", "compile_failed", "not_compiled"]
+        .iter()
+        .map(|o| aget(&format!("ccroute_agent_compiles_ended_total{{outcome=\"{o}\"}}")))
+        .sum();
+    assert_eq!(started, ended, "{a:?}");
+    assert_eq!(started, get(&format!("ccroute_agent_tasks_started_total{{agent=\"{host}\"}}")));
+    assert_eq!(
+        aget("ccroute_agent_compiles_ended_total{outcome=\"success\"}"),
+        get("ccroute_tasks_total{outcome=\"completed\"}")
     );
-    assert_eq!(get(&info), 1.0);
+    assert_eq!(aget("ccroute_agent_compiles_running{}"), 0.0);
+    assert_eq!(aget("ccroute_agent_jobs{}"), 8.0);
+    assert_eq!(aget("ccroute_agent_compile_seconds_count{}"), started);
+
+    // The consumerd's: its remote compiles are the scheduler's completed
+    // ones, nothing is held now, and its slots are what it was given.
+    let d = parse(&scrape(&consumerd_metrics)).unwrap();
+    let dget = |k: &str| *d.get(k).unwrap_or_else(|| panic!("no sample {k} in the consumerd's {d:?}"));
+    assert_eq!(dget(&info("consumerd")), 1.0);
+    assert_eq!(
+        dget("ccroute_consumerd_compiles_total{ran=\"remote\"}"),
+        get("ccroute_tasks_total{outcome=\"completed\"}")
+    );
+    let ran: f64 = ["local", "remote", "local_after_remote", "direct_cache"]
+        .iter()
+        .map(|w| dget(&format!("ccroute_consumerd_compiles_total{{ran=\"{w}\"}}")))
+        .sum();
+    assert!(ran >= get("ccroute_task_requests_total{}"), "every task the scheduler saw ended at the consumerd: {d:?}");
+    assert_eq!(dget("ccroute_consumerd_jobs_in_flight{}"), 0.0);
+    assert_eq!(dget("ccroute_consumerd_slots_in_use{kind=\"remote\"}"), 0.0);
+    assert_eq!(dget("ccroute_consumerd_slots{kind=\"local\"}"), 1.0);
+    assert!(dget("ccroute_consumerd_slots{kind=\"remote\"}") > 0.0);
 
     // Anything but /metrics is a 404, not a hang or a crash.
     let out = Command::new("curl")

@@ -65,6 +65,39 @@ pub struct AgentConfig {
     /// another cluster or role), wait for new certificates in this directory
     /// and try again with them, instead of exiting with an error.
     pub wait_for_certificates: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (`/metrics`); `None`: nowhere.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// The agent's `/metrics`: its compiles, read from the executor at scrape time.
+fn metrics_source(executor: Arc<Executor>, jobs: u32) -> net::exposition::Source {
+    use net::exposition::{build_info, Family};
+    use prometheus_client::metrics::MetricType;
+    Arc::new(move || {
+        let mut ended = Family::new(
+            "ccroute_agent_compiles_ended",
+            "Compiles this agent ended, by outcome (not_compiled: refused, cancelled or failed to run)",
+            MetricType::Counter,
+        );
+        for (outcome, n) in Executor::OUTCOMES.iter().zip(executor.ended()) {
+            ended = ended.row(vec![("outcome", (*outcome).into())], n as f64);
+        }
+        vec![
+            build_info("agent"),
+            Family::new("ccroute_agent_compiles_started", "Compiles this agent started", MetricType::Counter)
+                .row(vec![], executor.started() as f64),
+            Family::new("ccroute_agent_compiles_running", "Compiles running on this agent now", MetricType::Gauge)
+                .row(vec![], f64::from(executor.running())),
+            Family::new("ccroute_agent_jobs", "Compiles this agent allows at once (--jobs)", MetricType::Gauge)
+                .row(vec![], f64::from(jobs)),
+            ended,
+            Family::histogram(
+                "ccroute_agent_compile",
+                "A compile's time on this agent (inputs fetched, compiler run, object read)",
+                executor.durations(),
+            ),
+        ]
+    })
 }
 
 /// How often an agent waiting for new certificates looks at their files.
@@ -106,6 +139,7 @@ impl AgentConfig {
             host_name: crate::host::host_name(),
             shipping: Some(StoreConfig::default()),
             wait_for_certificates: None,
+            metrics: None,
         }
     }
 }
@@ -126,6 +160,9 @@ pub enum AgentError {
         /// What the operator must change.
         what_to_do: &'static str,
     },
+    /// The metrics listener could not be bound.
+    #[error("{0}")]
+    Metrics(std::io::Error),
     /// Nothing to offer.
     #[error(
         "no compiler found to offer (looked in PATH and --compiler) and no shipped toolchains can run here; \
@@ -156,6 +193,12 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         packages,
         ..ExecutorConfig::default()
     })?);
+    if let Some(addr) = config.metrics {
+        let listener = net::exposition::bind(addr).await.map_err(AgentError::Metrics)?;
+        tracing::info!("metrics on http://{addr}/metrics");
+        let source = metrics_source(executor.clone(), config.jobs);
+        tokio::spawn(net::exposition::serve(listener, source, shutdown.clone()));
+    }
     let mut work = Work::new(executor);
     let mut sampler = CpuSampler::new();
     let mut backoff = net::Backoff::new();

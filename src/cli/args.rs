@@ -186,6 +186,10 @@ pub struct AgentArgs {
     /// toolchains no task holds are removed past it).
     #[arg(long, default_value_t = crate::agent::shipped::DEFAULT_MAX_BYTES)]
     pub store_size: u64,
+    /// Serve this agent's Prometheus metrics at http://ADDR/metrics (off
+    /// unless given): compiles started, running, by outcome, their durations.
+    #[arg(long, env = "CCROUTE_AGENT_METRICS")]
+    pub metrics: Option<String>,
 }
 
 /// `ccroute consumerd`.
@@ -233,6 +237,10 @@ pub struct ConsumerdArgs {
     /// (remote) or compiles (local); the scheduler's cache still answers remote ones.
     #[arg(long, env = "CCROUTE_NO_LOCAL_CACHE")]
     pub no_local_cache: bool,
+    /// Serve this consumerd's Prometheus metrics at http://ADDR/metrics (off
+    /// unless given): compiles by where they ran, slots, cache hits, bytes.
+    #[arg(long, env = "CCROUTE_CONSUMERD_METRICS")]
+    pub metrics: Option<String>,
 }
 
 /// `ccroute stats` and `ccroute cache clear`: the consumerd's cache.

@@ -253,6 +253,7 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
         dir: a.store_dir.unwrap_or_else(crate::agent::shipped::default_store_dir),
         max_bytes: a.store_size,
     });
+    config.metrics = a.metrics.as_deref().map(args::parse_addr).transpose()?;
     crate::agent::daemon::run(config, signals()).await?;
     Ok(())
 }
@@ -291,6 +292,11 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     } else if std::env::var_os(crate::local_socket::SPAWNED_ENV).is_some() {
         config.idle_exit = crate::consumerd::SPAWNED_IDLE_EXIT;
     }
+    let local_slots = config.local_slots;
+    let metrics = match a.metrics.as_deref().map(args::parse_addr).transpose()? {
+        Some(addr) => Some((addr, crate::net::exposition::bind(addr).await?)),
+        None => None,
+    };
     let daemon = Consumerd::bind(config)?;
     let shutdown = signals();
     let tasks = tokio_util::task::TaskTracker::new();
@@ -315,6 +321,11 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
             }
         }
     };
+    if let Some((addr, listener)) = metrics {
+        tracing::info!("metrics on http://{addr}/metrics");
+        let source = crate::consumerd::metrics::source(daemon.stats(), remote.window(), local_slots);
+        tasks.spawn(crate::net::exposition::serve(listener, source, shutdown.clone()));
+    }
     tracing::info!(socket = %daemon.socket_path().display(), "consumerd ready");
     let ended = daemon.serve(remote, shutdown.clone()).await;
     // Idle or its socket gone: the link stops too, and is waited for.

@@ -21,6 +21,7 @@ pub mod direct;
 mod dispatch;
 pub mod ipc;
 pub mod link;
+pub mod metrics;
 pub mod slots;
 mod supply;
 

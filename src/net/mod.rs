@@ -29,6 +29,7 @@
 pub mod backoff;
 pub mod endpoint;
 pub mod error;
+pub mod exposition;
 pub mod framed;
 pub mod handshake;
 pub mod tls;

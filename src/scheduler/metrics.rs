@@ -24,83 +24,25 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::ServerState;
+pub use crate::net::exposition::Histogram;
+use crate::net::exposition::{self, Family, COMPILE_BUCKETS};
 
 /// Upper bounds of the wait histogram's buckets, seconds: from a fraction
 /// of a millisecond (a free token) to minutes (a farm full for a while).
 const WAIT_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
-/// Upper bounds of the compile histogram's buckets, seconds.
-const COMPILE_BUCKETS: [f64; 13] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
-
-/// A histogram of durations with fixed buckets, each an atomic counter:
-/// observing is a few relaxed adds, never a lock.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Per bucket (not cumulative), the last one for values past every bound.
-    counts: Box<[AtomicU64]>,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_ns: AtomicU64::new(0) }
-    }
-
-    /// Counts one duration.
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = self.bounds.iter().position(|b| secs <= *b).unwrap_or(self.bounds.len());
-        // Relaxed: counters read only to be displayed; a scrape may see one
-        // observation's bucket before its sum, which Prometheus tolerates.
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-
-    /// The sum of the observations, seconds.
-    pub fn sum_seconds(&self) -> f64 {
-        self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
-    }
-}
-
-impl EncodeMetric for Histogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        // Per bucket: the encoder makes them cumulative.
-        let buckets: Vec<(f64, u64)> = self
-            .counts
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (self.bounds.get(i).copied().unwrap_or(f64::INFINITY), c.load(Ordering::Relaxed)))
-            .collect();
-        let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
 
 /// What the scheduler counts as it happens, for `/metrics`.
 #[derive(Debug)]
@@ -140,102 +82,6 @@ impl Metrics {
     }
 }
 
-/// A value encoded as a gauge or a counter, for figures read at scrape time.
-#[derive(Debug)]
-struct Value {
-    value: f64,
-    kind: MetricType,
-}
-
-impl EncodeMetric for Value {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        match self.kind {
-            MetricType::Counter => encoder.encode_counter::<NoLabelSet, _, u64>(&(self.value as u64), None),
-            _ => encoder.encode_gauge(&self.value),
-        }
-    }
-
-    fn metric_type(&self) -> MetricType {
-        self.kind
-    }
-}
-
-/// Labels of one row of a family.
-type Labels = Vec<(&'static str, String)>;
-
-/// A metric family: a name, its help, and one value per label set.
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    unit: Option<Unit>,
-    kind: MetricType,
-    rows: Vec<(Labels, f64)>,
-}
-
-impl Family {
-    fn new(name: &'static str, help: &'static str, kind: MetricType) -> Self {
-        Family { name, help, unit: None, kind, rows: Vec::new() }
-    }
-
-    fn unit(mut self, unit: Unit) -> Self {
-        self.unit = Some(unit);
-        self
-    }
-
-    fn row(mut self, labels: Labels, value: f64) -> Self {
-        self.rows.push((labels, value));
-        self
-    }
-
-    fn encode(&self, out: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let mut metric = out.encode_descriptor(self.name, self.help, self.unit.as_ref(), self.kind)?;
-        for (labels, value) in &self.rows {
-            let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-            if matches!(self.kind, MetricType::Info) {
-                metric.encode_info(&labels)?;
-                continue;
-            }
-            let v = Value { value: *value, kind: self.kind };
-            v.encode(metric.encode_family(&labels)?)?;
-        }
-        Ok(())
-    }
-}
-
-/// The scrape's collector: every family, read from the scheduler now.
-struct Exposition {
-    state: Arc<ServerState>,
-}
-
-impl std::fmt::Debug for Exposition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Exposition").finish_non_exhaustive()
-    }
-}
-
-impl Collector for Exposition {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for f in families(&self.state) {
-            f.encode(&mut encoder)?;
-        }
-        let m = &self.state.metrics;
-        let wait = encoder.encode_descriptor(
-            "ccroute_task_wait",
-            "From a task's arrival to its dispatch to an agent",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        m.wait.encode(wait)?;
-        let compile = encoder.encode_descriptor(
-            "ccroute_task_compile",
-            "From a task's dispatch to its agent's result",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        m.compile.encode(compile)
-    }
-}
-
 /// The families read from the status snapshot and the counters.
 fn families(state: &ServerState) -> Vec<Family> {
     let r = super::admin::report(state);
@@ -244,13 +90,7 @@ fn families(state: &ServerState) -> Vec<Family> {
     let counter = MetricType::Counter;
     let gauge = MetricType::Gauge;
     let mut families = vec![
-        Family::new("ccroute_build", "The scheduler's version and protocol", MetricType::Info).row(
-            vec![
-                ("version", env!("CARGO_PKG_VERSION").into()),
-                ("protocol", ccroute_wire::PROTOCOL_VERSION.to_string()),
-            ],
-            1.0,
-        ),
+        exposition::build_info("scheduler"),
         Family::new("ccroute_task_requests", "Tasks consumerds submitted", counter).row(vec![], t.requests as f64),
         Family::new("ccroute_tasks", "Tasks ended, by how they ended", counter)
             .row(vec![("outcome", "completed".into())], t.completed as f64)
@@ -324,19 +164,13 @@ fn families(state: &ServerState) -> Vec<Family> {
         }
         families.extend([lookups, bytes]);
     }
+    families.push(Family::histogram("ccroute_task_wait", "From a task's arrival to its dispatch to an agent", &m.wait));
+    families.push(Family::histogram(
+        "ccroute_task_compile",
+        "From a task's dispatch to its agent's result",
+        &m.compile,
+    ));
     families
-}
-
-/// The whole exposition, in the OpenMetrics text format.
-///
-/// # Errors
-/// When a value cannot be encoded.
-pub(crate) fn render(state: &Arc<ServerState>) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Exposition { state: state.clone() }));
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &registry)?;
-    Ok(out)
 }
 
 /// Serves `/metrics` and the web view on `listener` until `shutdown` is cancelled.
@@ -372,22 +206,10 @@ async fn answer(
     state: Arc<ServerState>,
     recent: Arc<std::sync::Mutex<std::collections::VecDeque<super::web::Shown>>>,
 ) -> Result<Response<Body>, Infallible> {
-    let with = |status: StatusCode, kind: &str, body: Body| {
-        let mut r = Response::new(body);
-        *r.status_mut() = status;
-        if let Ok(v) = kind.parse() {
-            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-        }
-        r
-    };
+    let with = exposition::reply::<Body>;
     let reply = |status: StatusCode, kind: &str, body: String| with(status, kind, Full::new(Bytes::from(body)).boxed());
     Ok(match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => match render(&state) {
-            Ok(text) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
-            Err(e) => {
-                reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("cannot encode the metrics: {e}\n"))
-            }
-        },
+        (&Method::GET, "/metrics") => exposition::scrape_reply(families(&state)).map(BodyExt::boxed),
         (&Method::GET, "/") => reply(StatusCode::OK, "text/html; charset=utf-8", super::web::INDEX_HTML.into()),
         (&Method::GET, "/snapshot.json") => {
             reply(StatusCode::OK, "application/json", super::web::snapshot(&state, &recent).to_string())
@@ -410,5 +232,5 @@ async fn answer(
 /// # Errors
 /// When the address cannot be bound.
 pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+    exposition::bind(addr).await
 }

@@ -278,6 +278,10 @@ pub struct Executor {
     replay_speed: f64,
     running: AtomicU32,
     started: AtomicU64,
+    /// Tasks ended, by [`Executor::OUTCOMES`].
+    ended: [AtomicU64; 3],
+    /// Each task's time in [`Executor::run`].
+    durations: crate::net::exposition::Histogram,
 }
 
 impl Executor {
@@ -299,6 +303,8 @@ impl Executor {
             replay_speed: config.replay_speed,
             running: AtomicU32::new(0),
             started: AtomicU64::new(0),
+            ended: std::array::from_fn(|_| AtomicU64::new(0)),
+            durations: crate::net::exposition::Histogram::new(&crate::net::exposition::COMPILE_BUCKETS),
         })
     }
 
@@ -311,6 +317,21 @@ impl Executor {
     pub fn started(&self) -> u64 {
         // Relaxed: a counter for the CPU sampler; nothing is published through it.
         self.started.load(Ordering::Relaxed)
+    }
+
+    /// How tasks end, for [`Executor::ended`]: compiled, the compiler
+    /// failed, or not compiled here (refused, cancelled, over a limit, …).
+    pub const OUTCOMES: [&'static str; 3] = ["success", "compile_failed", "not_compiled"];
+
+    /// Tasks ended since the executor was made, per [`Executor::OUTCOMES`].
+    pub fn ended(&self) -> [u64; 3] {
+        // Relaxed: display counters.
+        std::array::from_fn(|i| self.ended[i].load(Ordering::Relaxed))
+    }
+
+    /// How long tasks took in [`Executor::run`].
+    pub fn durations(&self) -> &crate::net::exposition::Histogram {
+        &self.durations
     }
 
     /// Tasks inside [`Executor::run`] now.
@@ -333,7 +354,7 @@ impl Executor {
         let deadline = now.checked_add(limit).unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
         let stop = Stop { cancel: &cancel, deadline, limit };
         let toolchain = task.toolchain;
-        match self.execute(task, &stop).await {
+        let result = match self.execute(task, &stop).await {
             Ok(result) => {
                 tracing::debug!(%toolchain, outcome = ?result.header.outcome, cpu_us = result.header.cpu_time_us, "task done");
                 result
@@ -342,7 +363,16 @@ impl Executor {
                 tracing::debug!(%toolchain, error = %e, "task not compiled");
                 ExecResult::internal_error(e.to_string())
             }
-        }
+        };
+        let kind = match result.header.outcome {
+            Outcome::Success => 0,
+            Outcome::CompileFailed => 1,
+            _ => 2,
+        };
+        // Relaxed: a display counter.
+        self.ended[kind].fetch_add(1, Ordering::Relaxed);
+        self.durations.observe(now.elapsed());
+        result
     }
 
     async fn execute(&self, task: ExecTask, stop: &Stop<'_>) -> Result<ExecResult, TaskError> {
