@@ -4,6 +4,13 @@
 //! next. A screenshot is left in the test's output folder
 //! (`target/tmp/web-view.png`).
 //!
+//! With 200 real agent processes (the no-op test toolchain, long farm host
+//! names, the optimizer's decisions beside them) in a laptop-sized window,
+//! the page stays readable: each agent one line, the agents' table scrolling
+//! in its own box, nothing wider than the window, the consumerds on the
+//! first screen (`target/tmp/web-view-200.png`). Before the fix that came
+//! with it, a long decision squeezed each row's slots onto two lines.
+//!
 //! The page is loaded with `?stop=3`: it closes its event stream after three
 //! updates, so that Chromium's `--dump-dom` and `--screenshot` can take it
 //! once it holds still.
@@ -26,21 +33,59 @@ fn chromium() -> &'static str {
 
 /// The page after three updates: its DOM, or a screenshot at `png`.
 fn load(url: &str, png: Option<&Path>) -> String {
+    load_in(url, png, "1400,1000")
+}
+
+/// [`load`] in a window of `size` ("width,height" in pixels).
+fn load_in(url: &str, png: Option<&Path>, size: &str) -> String {
     let mut cmd = Command::new(chromium());
     cmd.args([
         "--headless=new",
         "--no-sandbox",
         "--disable-gpu",
-        "--window-size=1400,1000",
+        &format!("--window-size={size}"),
         "--virtual-time-budget=15000",
     ]);
     match png {
         Some(p) => cmd.arg(format!("--screenshot={}", p.display())),
         None => cmd.arg("--dump-dom"),
     };
-    let out = cmd.arg(format!("{url}/?stop=3")).output().unwrap();
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    // A page that never holds still (its script broken, say) keeps the
+    // browser loading for ever: it is given a minute, then it fails. Its
+    // output is read as it comes (a DOM of 200 agents outgrows a pipe).
+    let mut child = cmd
+        .arg(format!("{url}/?stop=3"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (out, err) = (stdout.join().unwrap(), stderr.join().unwrap());
+    match status {
+        None => panic!("the page did not hold still within 60 s (its script broken?)\n{err}"),
+        Some(s) => assert!(s.success(), "chromium: {err}"),
+    }
+    out
 }
 
 /// The number the page shows in the element with `id`.
@@ -104,6 +149,58 @@ fn the_web_view_shows_the_farm_live_in_a_real_browser() {
     assert!(out.status.success(), "build: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     eprintln!(
         "web view: {requests} then {later} requests, {rate} tasks/s on the page; screenshot at {}",
+        shot.display()
+    );
+}
+
+/// `data-NAME="N"` on the page's state element, set once it holds still.
+fn measured(dom: &str, name: &str) -> i64 {
+    let key = format!("data-{name}=\"");
+    let at = dom.find(&key).unwrap_or_else(|| panic!("the page did not measure {name}:\n{dom}")) + key.len();
+    dom[at..].split('"').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} is not a number"))
+}
+
+#[test]
+fn the_page_stays_readable_with_200_agents() {
+    let listen =
+        format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let url = format!("http://{listen}");
+    let mut c = Cluster::new();
+    // The optimizer on: its decisions are the page's longest cells.
+    c.start_scheduler(&["--no-cache", "--metrics", &listen]);
+    // Real agent processes on loopback (the no-op test toolchain: nothing
+    // to compile, ~20 MB each), with a farm's names.
+    const AGENTS: usize = 200;
+    for i in 0..AGENTS {
+        let name = format!("build-node-{i:03}.farm.example.net");
+        c.start_agent_logged(
+            &["--jobs", "8", "--name", &name, "--test-toolchain", "--no-discover", "--no-shipping"],
+            Some("warn"),
+        );
+    }
+    c.start_consumerd(1, true);
+    c.wait_ready(AGENTS);
+
+    // The screenshot first: it shows what a failed check below is about.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-view-200.png");
+    let _ = std::fs::remove_file(&shot);
+    // A laptop's screen: the agents' column is narrower than its table.
+    let size = "1100,900";
+    load_in(&url, Some(&shot), size);
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "no screenshot at {}", shot.display());
+    let dom = load_in(&url, None, size);
+    assert_eq!(measured(&dom, "rows"), AGENTS as i64, "every agent a row");
+    assert!(dom.contains("200 agents, busiest slots first in each row"), "no note on a large farm:\n{dom}");
+    let row = measured(&dom, "row-px");
+    assert!(row <= 24, "an agent's row is {row} px high: one line each");
+    let (boxed, view) = (measured(&dom, "box-px"), measured(&dom, "view-px"));
+    assert!(boxed * 10 <= view * 6 + 20, "the agents' table ({boxed} px) scrolls in its own box of 60 % of {view} px");
+    assert_eq!(measured(&dom, "overflow-x"), 0, "the page is wider than the window");
+    let top = measured(&dom, "consumerds-top");
+    assert!(top < view, "the consumerds ({top} px down) are on the first screen of {view} px");
+
+    eprintln!(
+        "web view with {AGENTS} agents: rows {row} px, table box {boxed} of {view} px; screenshot at {}",
         shot.display()
     );
 }
