@@ -111,8 +111,16 @@ impl Family {
 
     /// A histogram family of one row: `h` as it is now.
     pub fn histogram(name: &'static str, help: &'static str, h: &Histogram) -> Self {
-        let row = Row::Histogram { buckets: h.buckets(), sum: h.sum_seconds() };
-        Family { name, help, unit: Some(Unit::Seconds), kind: MetricType::Histogram, rows: vec![(Vec::new(), row)] }
+        Family::histograms(name, help, vec![(Vec::new(), h)])
+    }
+
+    /// A histogram family of one row per label set.
+    pub fn histograms(name: &'static str, help: &'static str, rows: Vec<(Labels, &Histogram)>) -> Self {
+        let rows = rows
+            .into_iter()
+            .map(|(labels, h)| (labels, Row::Histogram { buckets: h.buckets(), sum: h.sum_seconds() }))
+            .collect();
+        Family { name, help, unit: Some(Unit::Seconds), kind: MetricType::Histogram, rows }
     }
 
     /// In this unit (the name gets its suffix).

@@ -294,7 +294,7 @@ async fn send_dispatch(
             let header =
                 TaskHeader { task_id: task.id().0, origin: Some(origin), resumed: false, ..body.header.clone() };
             let queue = body.received.elapsed();
-            state.metrics.wait.observe(queue);
+            state.metrics.waited(task.toolchain(), queue);
             state.metrics.sent(body.payload.len());
             let flight = Flight { at: Instant::now(), queue, consumerd: body.origin.0, spec: body.header.spec.clone() };
             dispatched.insert(task.id().0, flight);

@@ -37,7 +37,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::ServerState;
 pub use crate::net::exposition::Histogram;
-use crate::net::exposition::{self, Family, COMPILE_BUCKETS};
+use crate::net::exposition::{self, Family, Labels, COMPILE_BUCKETS};
+use ccroute_wire::ToolchainKey;
+use dashmap::DashMap;
+use std::time::Duration;
 
 /// Upper bounds of the wait histogram's buckets, seconds: from a fraction
 /// of a millisecond (a free token) to minutes (a farm full for a while).
@@ -49,6 +52,8 @@ const WAIT_BUCKETS: [f64; 14] =
 pub struct Metrics {
     /// From a task's arrival at the scheduler to its dispatch to an agent.
     pub wait: Histogram,
+    /// The same, per route (one per toolchain the farm serves).
+    route_wait: DashMap<ToolchainKey, Histogram>,
     /// From a task's dispatch to its agent's result.
     pub compile: Histogram,
     /// Payload bytes received (sources from consumerds, objects from agents).
@@ -61,6 +66,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             wait: Histogram::new(&WAIT_BUCKETS),
+            route_wait: DashMap::new(),
             compile: Histogram::new(&COMPILE_BUCKETS),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
@@ -69,6 +75,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a task of `route` dispatched after waiting `d`.
+    pub fn waited(&self, route: ToolchainKey, d: Duration) {
+        self.wait.observe(d);
+        match self.route_wait.get(&route) {
+            Some(h) => h.observe(d),
+            None => self.route_wait.entry(route).or_insert_with(|| Histogram::new(&WAIT_BUCKETS)).observe(d),
+        }
+    }
+
     /// Counts payload bytes received.
     pub fn received(&self, bytes: usize) {
         // Relaxed: a display counter.
@@ -164,7 +179,15 @@ fn families(state: &ServerState) -> Vec<Family> {
         }
         families.extend([lookups, bytes]);
     }
-    families.push(Family::histogram("ccroute_task_wait", "From a task's arrival to its dispatch to an agent", &m.wait));
+    let waits: Vec<_> = m.route_wait.iter().collect();
+    let mut routes: Vec<(Labels, &Histogram)> =
+        waits.iter().map(|w| (vec![("route", w.key().to_string())], w.value())).collect();
+    routes.sort_by(|a, b| a.0.cmp(&b.0));
+    families.push(Family::histograms(
+        "ccroute_task_wait",
+        "From a task's arrival to its dispatch to an agent, per route",
+        routes,
+    ));
     families.push(Family::histogram(
         "ccroute_task_compile",
         "From a task's dispatch to its agent's result",
