@@ -31,6 +31,7 @@
 //! Left out on purpose: bytes, sockets, time. A task's body and an answer are
 //! whatever the [`Job`] says; timeouts belong to the callers.
 
+pub mod cost;
 pub mod counters;
 pub mod lifecycle;
 pub mod optimizer;

@@ -208,8 +208,10 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
             o.tune_agents = false;
         }
     }
+    let dir = a.cache_dir.clone().or(file.cache_dir.clone()).or_else(crate::cache::default_dir);
+    // The cost model is kept in the cache's directory, cache or not.
+    config.costs_dir.clone_from(&dir);
     if !a.no_cache {
-        let dir = a.cache_dir.clone().or(file.cache_dir.clone()).or_else(crate::cache::default_dir);
         let mut storage =
             crate::cache::StorageConfig::default().with_memory_bytes(a.cache_memory).with_disk_bytes(a.cache_size);
         match dir {

@@ -156,6 +156,14 @@ pub fn render(r: &StatusReport) -> String {
         bytes(r.payload_bytes),
         bytes(r.payload_budget)
     );
+    let c = &r.costs;
+    let hits = if c.predictions > 0 { 100.0 * c.from_history as f64 / c.predictions as f64 } else { 0.0 };
+    let error = if c.median_error >= 0.0 { format!("{:.0}%", c.median_error * 100.0) } else { "–".into() };
+    let _ = writeln!(
+        out,
+        "cost model: {} units; {} results, {hits:.0}% expected from their history, median error {error}",
+        c.units, c.predictions
+    );
     let _ = writeln!(out, "\nroutes");
     let _ = writeln!(
         out,

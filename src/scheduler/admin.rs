@@ -102,5 +102,14 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
         cache: state.cache.as_ref().map(super::CacheHook::status),
         payload_bytes: state.budget.used(),
         payload_budget: state.budget.limit(),
+        costs: {
+            let a = state.costs.accuracy();
+            ccroute_wire::CostStatus {
+                units: a.units as u64,
+                predictions: a.predictions,
+                from_history: a.from_history,
+                median_error: a.median_error.map_or(-1.0, |e| e as f32),
+            }
+        },
     }
 }

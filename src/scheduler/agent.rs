@@ -190,6 +190,8 @@ struct Flight {
     queue: Duration,
     consumerd: u128,
     spec: Bytes,
+    /// What it was expected to cost.
+    expected: Option<super::cost::Expected>,
 }
 
 /// One frame from the agent. `Err` is a protocol violation.
@@ -207,12 +209,17 @@ fn on_frame(
             if let Some(f) = dispatched.remove(&header.task_id) {
                 let took = f.at.elapsed();
                 state.metrics.compile.observe(took);
+                // The agent's own time on it (inputs fetched and compiled):
+                // what the unit costs, without the network's share.
+                let agent_time =
+                    Duration::from_micros(if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us });
+                if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
+                    state.costs.took(e, agent_time);
+                }
                 if let Some(web) = &state.web {
                     web.stopped(header.task_id);
-                    // The agent's own time on it (inputs fetched and compiled);
-                    // the rest of the round trip is the transfer both ways.
-                    let compile =
-                        Duration::from_micros(if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us });
+                    // The rest of the round trip is the transfer both ways.
+                    let compile = agent_time;
                     let outcome = match header.outcome {
                         ccroute_wire::Outcome::Success => "ok",
                         ccroute_wire::Outcome::CompileFailed => "failed",
@@ -296,7 +303,13 @@ async fn send_dispatch(
             let queue = body.received.elapsed();
             state.metrics.waited(task.toolchain(), queue);
             state.metrics.sent(body.payload.len());
-            let flight = Flight { at: Instant::now(), queue, consumerd: body.origin.0, spec: body.header.spec.clone() };
+            let flight = Flight {
+                at: Instant::now(),
+                queue,
+                consumerd: body.origin.0,
+                spec: body.header.spec.clone(),
+                expected: body.expected,
+            };
             dispatched.insert(task.id().0, flight);
             if let Some(web) = &state.web {
                 web.started(task.id().0, node.0, body.origin.0);
@@ -314,6 +327,7 @@ async fn send_dispatch(
                 queue: Duration::ZERO,
                 consumerd: body.origin.0,
                 spec: body.header.spec.clone(),
+                expected: body.expected,
             };
             dispatched.insert(task.id().0, flight);
             if let Some(web) = &state.web {

@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ccroute_wire::{
-    Frame, Hello, Message, Outcome, PreferredRemoteLimit, ResultHeader, RetryAction, RetryReason, TaskHeader, Welcome,
+    Frame, Hello, Message, Outcome, PreferredRemoteLimit, ResultHeader, RetryAction, RetryReason, Welcome,
 };
 use tokio::task::JoinSet;
 
-use super::budget::{Reservation, Share};
+use super::budget::Share;
 use super::cache_hook::CacheLookup;
 use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob, TaskBody};
@@ -116,8 +116,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
                 Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(hit) }) => {
                     // Through the core like any task (counted, and answered by the cache hook).
-                    let hit = CacheLookup::Hit(hit);
-                    if let Err(why) = submit(&mut session, &writer, t, Bytes::new(), None, hit, node).await {
+                    // A cache hit compiles nothing: nothing is expected of it.
+                    let body = TaskBody { origin: node, ..TaskBody::new(t, Bytes::new(), None, CacheLookup::Hit(hit)) };
+                    if let Err(why) = submit(&mut session, &writer, body).await {
                         break Err(why);
                     }
                 }
@@ -197,7 +198,9 @@ async fn on_frame(
                 Ticket::OverBudget => (None, CacheLookup::Unchecked),
             };
             state.metrics.received(frame.payload.len());
-            submit(session, writer, header, frame.payload, reservation, lookup, origin).await
+            let expected = state.costs.expect(header.toolchain, &header.spec, frame.payload.len());
+            let body = TaskBody { origin, expected, ..TaskBody::new(header, frame.payload, reservation, lookup) };
+            submit(session, writer, body).await
         }
         Message::Cancel(c) => {
             session.cancel(c.task_id);
@@ -215,16 +218,8 @@ async fn on_frame(
     }
 }
 
-async fn submit(
-    session: &mut ConsumerdSession<NetJob>,
-    writer: &FrameWriter,
-    header: TaskHeader,
-    payload: Bytes,
-    reservation: Option<Reservation>,
-    lookup: CacheLookup,
-    origin: super::shipping::SessionKey,
-) -> super::SessionOutcome {
-    let (client_id, toolchain) = (header.task_id, header.toolchain);
+async fn submit(session: &mut ConsumerdSession<NetJob>, writer: &FrameWriter, body: TaskBody) -> super::SessionOutcome {
+    let (client_id, toolchain) = (body.header.task_id, body.header.toolchain);
     let cap = in_flight_cap(session.remote_limit());
     if session.in_flight() >= cap {
         let why = format!(
@@ -236,7 +231,6 @@ async fn submit(
         let h = run_locally(client_id, RetryReason::Rejected(why));
         return Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?);
     }
-    let body = TaskBody { origin, ..TaskBody::new(header, payload, reservation, lookup) };
     match session.submit(client_id, toolchain, body) {
         Ok(_) => Ok(()),
         Err(e) => {

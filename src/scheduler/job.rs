@@ -35,6 +35,8 @@ pub struct TaskBody {
     pub origin: super::shipping::SessionKey,
     /// When it arrived (its wait until dispatch is a metric).
     pub received: std::time::Instant,
+    /// What it is expected to cost; `None` when its spec does not decode.
+    pub(crate) expected: Option<super::cost::Expected>,
 }
 
 impl TaskBody {
@@ -48,6 +50,7 @@ impl TaskBody {
             verified: OnceLock::new(),
             origin: (0, 0),
             received: std::time::Instant::now(),
+            expected: None,
         }
     }
 }

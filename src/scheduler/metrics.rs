@@ -142,6 +142,24 @@ fn families(state: &ServerState) -> Vec<Family> {
             .unit(Unit::Seconds)
             .row(vec![], r.uptime_s as f64),
     ];
+    let c = &r.costs;
+    families.extend([
+        Family::new("ccroute_cost_model_units", "Units whose cost the scheduler knows", gauge)
+            .row(vec![], c.units as f64),
+        Family::new("ccroute_cost_predictions", "Results checked against their expected cost, by its basis", counter)
+            .row(vec![("basis", "history".into())], c.from_history as f64)
+            .row(vec![("basis", "size_or_cold".into())], c.predictions.saturating_sub(c.from_history) as f64),
+    ]);
+    if c.median_error >= 0.0 {
+        families.push(
+            Family::new(
+                "ccroute_cost_median_error_ratio",
+                "Median |expected - took| / took of recent results expected from history",
+                gauge,
+            )
+            .row(vec![], f64::from(c.median_error)),
+        );
+    }
     let mut tokens_in_use = Family::new("ccroute_agent_tokens_in_use", "Tokens an agent holds now", gauge);
     let mut tokens_limit = Family::new("ccroute_agent_tokens_limit", "An agent's token limit now", gauge);
     let mut started = Family::new("ccroute_agent_tasks_started", "Compiles an agent started since it started", counter);

@@ -24,6 +24,7 @@ pub mod agent;
 pub mod budget;
 pub mod cache_hook;
 pub mod consumerd;
+mod cost;
 mod inbound;
 pub mod job;
 pub mod metrics;
@@ -75,6 +76,9 @@ pub struct ServerConfig {
     pub cache: Option<StorageConfig>,
     /// Where to serve Prometheus metrics; `None`: nowhere.
     pub metrics: Option<SocketAddr>,
+    /// Where the cost model is kept across restarts (the cache's
+    /// directory); `None`: in memory only.
+    pub costs_dir: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -92,6 +96,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             cache: None,
             metrics: None,
+            costs_dir: None,
         }
     }
 }
@@ -142,6 +147,8 @@ pub(crate) struct ServerState {
     pub(crate) metrics: metrics::Metrics,
     /// What the web view keeps, while the metrics listener is on.
     pub(crate) web: Option<web::Web>,
+    /// What each unit is expected to cost, learnt from results.
+    pub(crate) costs: cost::Costs,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
 }
@@ -179,6 +186,7 @@ impl Server {
     /// [`ServerError`] when the cache cannot be opened, the address cannot
     /// be bound or the thread not started.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let costs = cost::Costs::open(config.costs_dir.as_deref());
         let cache = match config.cache {
             Some(storage) => Some(CacheHook::new(Arc::new(Storage::open(storage).await?))),
             None => None,
@@ -212,6 +220,7 @@ impl Server {
             resumes,
             metrics: metrics::Metrics::default(),
             web: metrics.is_some().then(web::Web::default),
+            costs,
             shutdown,
         });
         Ok(Server { endpoint, metrics, state, max_connections: config.max_connections, grace: config.shutdown_grace })
@@ -247,6 +256,8 @@ impl Server {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
+        let mut save_costs = tokio::time::interval(cost::SAVE_EVERY);
+        save_costs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep = tokio::time::interval(resume::SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -262,6 +273,10 @@ impl Server {
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 _ = sweep.tick() => state.resumes.sweep(),
+                _ = save_costs.tick() => {
+                    let state = state.clone();
+                    connections.spawn_blocking(move || state.costs.save());
+                }
                 _ = tick.tick() => {
                     let requests = state.scheduler.totals().requests;
                     if idle_trim.observe(Instant::now(), requests, in_flight(&state.scheduler)) {
@@ -286,6 +301,8 @@ impl Server {
         if let Some(m) = metrics {
             let _ = m.await;
         }
+        let saving = state.clone();
+        let _ = tokio::task::spawn_blocking(move || saving.costs.save()).await;
         if let Some(cache) = &state.cache {
             // Lookups still running answer nobody now; results already taken
             // reach their tiers before the scheduler is gone.

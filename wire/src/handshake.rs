@@ -23,7 +23,7 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// The oldest peer version this build talks to.
 pub const MIN_COMPATIBLE_VERSION: u32 = 5;
 /// Largest handshake frame.

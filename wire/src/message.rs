@@ -469,6 +469,22 @@ pub struct StatusReport {
     pub payload_bytes: u64,
     /// The payload budget.
     pub payload_budget: u64,
+    /// The cost model's units and how good its predictions have been.
+    pub costs: CostStatus,
+}
+
+/// The scheduler's cost model in a [`StatusReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct CostStatus {
+    /// Units whose cost it knows.
+    pub units: u64,
+    /// Results checked against what was expected of them.
+    pub predictions: u64,
+    /// Of those, expected from the unit's own history (the rest from its size).
+    pub from_history: u64,
+    /// Median of |expected − took| ÷ took over recent results expected from
+    /// history; negative when there were none.
+    pub median_error: f32,
 }
 
 /// One route in a [`StatusReport`].

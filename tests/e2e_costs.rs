@@ -1,0 +1,74 @@
+//! The scheduler's cost model on a real build of the bundled sample: the
+//! first build teaches it every unit that went remote (each expected from
+//! its size or cold); a restarted scheduler reads them back from the cache
+//! directory; the second build expects each unit from its own history, and
+//! `ccroute status` says how far off it was.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{ccroute, make, Cluster};
+
+fn build(c: &Cluster, build: &Path) {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
+    let args = [
+        format!("BUILD={}", build.display()),
+        "-j8".into(),
+        format!("CC={} gcc", ccroute().display()),
+        format!("CXX={} g++", ccroute().display()),
+    ];
+    let out = make(&sample, &args, &c.wrapper_env());
+    assert!(out.status.success(), "build: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+}
+
+#[test]
+fn the_cost_model_learns_units_keeps_them_across_a_restart_and_predicts_from_history() {
+    let mut c = Cluster::new();
+    let dir = c.dir.path().join("cache");
+    let dir_s = dir.display().to_string();
+    // No result cache (the second build must compile again), but its
+    // directory, where the model is kept.
+    let sched = ["--no-cache", "--no-optimizer", "--cache-dir", dir_s.as_str()];
+    let addr = c.start_scheduler(&sched);
+    c.start_agent(&["--jobs", "8"]);
+    // No direct-mode cache either: every unit goes to the scheduler.
+    c.start_consumerd_with(1, true, &["--remote-only", "--no-local-cache"]);
+    c.wait_ready(1);
+
+    let out = c.dir.path().join("build");
+    build(&c, &out);
+    let s = c.status();
+    let completed = s["totals"]["completed"].as_u64().unwrap();
+    assert!(completed >= 10, "the sample went remote: {s}");
+    let costs = &s["costs"];
+    assert_eq!(costs["units"].as_u64(), Some(completed), "every unit compiled remotely is known: {costs}");
+    assert_eq!(costs["predictions"].as_u64(), Some(completed), "{costs}");
+    assert_eq!(costs["from_history"].as_u64(), Some(0), "a first build has no history: {costs}");
+
+    // A clean restart writes the model; the next scheduler reads it.
+    c.scheduler.as_mut().unwrap().stop();
+    assert!(dir.join("cost-model").is_file(), "no cost model in {}", dir.display());
+    c.start_scheduler_as("scheduler2", &addr.to_string(), &sched);
+    c.wait_ready(1);
+    assert_eq!(c.status()["costs"]["units"].as_u64(), Some(completed), "the model was not read back");
+
+    std::fs::remove_dir_all(&out).unwrap();
+    build(&c, &out);
+    let s = c.status();
+    let again = s["totals"]["completed"].as_u64().unwrap();
+    let costs = &s["costs"];
+    assert_eq!(costs["units"].as_u64(), Some(completed), "the same units, not new ones: {costs}");
+    assert_eq!(costs["predictions"].as_u64(), Some(again), "{costs}");
+    assert_eq!(costs["from_history"].as_u64(), Some(again), "every unit expected from its history: {costs}");
+    let error = costs["median_error"].as_f64().unwrap();
+    assert!(error >= 0.0, "a median error once history was used: {costs}");
+    eprintln!("cost model: {completed} units; second build's median error {:.0} %", error * 100.0);
+
+    // The text report says it too.
+    let text = c.command(ccroute()).args(["status", "--scheduler", &addr.to_string()]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("cost model: {completed} units")), "{text}");
+}
