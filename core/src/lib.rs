@@ -81,6 +81,21 @@ pub mod test_support {
         }
     }
 
+    /// A job whose tasks are their own expected cost, in microseconds.
+    #[derive(Debug)]
+    pub struct CostedJob;
+
+    impl Job for CostedJob {
+        type Task = u64;
+        type Answer = bool;
+        fn classify(ok: &bool) -> AnswerKind {
+            TestJob::classify(ok)
+        }
+        fn expected_micros(task: &u64) -> Option<u64> {
+            Some(*task)
+        }
+    }
+
     /// A gcc-like toolchain named `name`.
     pub fn tc(name: &str) -> Toolchain {
         Toolchain {

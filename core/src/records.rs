@@ -49,6 +49,58 @@ pub trait Job: Send + Sync + Sized + 'static {
     type Answer: Send + Sync + 'static;
     /// How an answer counts.
     fn classify(answer: &Self::Answer) -> AnswerKind;
+
+    /// What a task is expected to cost, microseconds of compile, when that
+    /// is known: among one consumerd's waiting tasks the dearest go first
+    /// (see [`Config::longest_first`]). `None` ranks it with a unit of a second.
+    fn expected_micros(_task: &Self::Task) -> Option<u64> {
+        None
+    }
+}
+
+/// Cost classes a lane ranks its waiting tasks in.
+#[cfg(not(ccroute_loom))]
+pub(crate) const CLASSES: usize = 8;
+/// Two classes under loom: every scan of a lane is more interleavings to
+/// explore, and two are enough to hold a task pushed into a class the
+/// scan has passed.
+#[cfg(ccroute_loom)]
+pub(crate) const CLASSES: usize = 2;
+
+/// The cost class of a task expected to take `micros`: doublings from
+/// 64 ms (class 0, anything shorter) to 4 s and over (the last).
+pub(crate) fn cost_class(micros: Option<u64>) -> u8 {
+    let ms = micros.unwrap_or(1_000_000) / 1000;
+    let mut class = 0usize;
+    let mut bound = 64;
+    while ms >= bound && class + 1 < CLASSES {
+        class += 1;
+        bound *= 2;
+    }
+    class as u8
+}
+
+/// A lane's waiting tasks, ranked by cost class: a pop takes from the
+/// dearest class that has one, first in first out within a class. Each
+/// class is a lock-free queue; a push completes before its task is counted
+/// in its route's `queued`, so a pop that follows a count it saw finds the
+/// task, whichever classes it scans after.
+pub(crate) struct Ranked<T> {
+    classes: [Queue<T>; CLASSES],
+}
+
+impl<T> Ranked<T> {
+    pub(crate) fn new() -> Self {
+        Ranked { classes: std::array::from_fn(|_| Queue::new()) }
+    }
+
+    pub(crate) fn push(&self, class: u8, value: T) {
+        self.classes[usize::from(class).min(CLASSES - 1)].push(value);
+    }
+
+    pub(crate) fn pop(&self) -> Option<T> {
+        self.classes.iter().rev().find_map(Queue::pop)
+    }
 }
 
 /// How an answer counts in the statistics.
@@ -133,11 +185,14 @@ pub struct Config {
     /// Tasks that may wait on one route; past it a task goes back to run
     /// locally at once.
     pub max_queued_per_route: usize,
+    /// Among one consumerd's waiting tasks, the longest expected first
+    /// ([`Job::expected_micros`]); off: first come, first served.
+    pub longest_first: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_attempts: 3, max_queued_per_route: 4096 }
+        Config { max_attempts: 3, max_queued_per_route: 4096, longest_first: true }
     }
 }
 
@@ -217,6 +272,8 @@ pub struct Task<J: Job> {
     pub(crate) route: Arc<Route<J>>,
     pub(crate) lane: Arc<Lane<J>>,
     pub(crate) consumerd: Arc<ConsumerdEntry<J>>,
+    /// Its cost class in its lane ([`cost_class`]).
+    pub(crate) class: u8,
 }
 
 impl<J: Job> Task<J> {
@@ -237,7 +294,14 @@ impl<J: Job> Task<J> {
             route,
             lane,
             consumerd,
+            class: 0,
         }
+    }
+
+    /// The same, ranked in its lane in cost class `class`.
+    pub(crate) fn with_class(mut self, class: u8) -> Self {
+        self.class = class;
+        self
     }
 
     /// Whether the task has ended (answered, sent back or cancelled).
@@ -320,7 +384,7 @@ pub(crate) struct Route<J: Job> {
 /// One consumerd's waiting tasks on one route.
 pub(crate) struct Lane<J: Job> {
     pub(crate) node_id: u128,
-    pub(crate) queue: Queue<Arc<Task<J>>>,
+    pub(crate) queue: Ranked<Arc<Task<J>>>,
     /// Set once, when the consumerd leaves; a push that finds it set drains
     /// the lane itself (the leaver's drain may already have run).
     pub(crate) detached: AtomicBool,

@@ -17,7 +17,9 @@
 //!   window is full), or else waits in its consumerd's lane.
 //! - An agent that gives a token back serves its routes' waiting tasks.
 //! - Lanes are served round-robin, so one consumerd's big build cannot starve
-//!   another's (fairness across consumerds within a route).
+//!   another's (fairness across consumerds within a route). Within a lane
+//!   the longest expected task goes first ([`Ranked`]: a queue per cost
+//!   class), so a build's long units do not start last and hold its end.
 //!
 //! The protocol that no task waits while a token is free — the one loom
 //! checks — is a Dekker pair: a submitter *pushes, counts itself in
@@ -35,8 +37,8 @@
 
 use ccroute_wire::{RetryReason, Toolchain, ToolchainKey};
 
-use crate::records::{AgentEntry, AgentEvent, ConsumerdEntry, Ending, Job, Lane, Phase, Route, State, Task};
-use crate::sync::{fence, yield_now, Arc, AtomicBool, Ordering, Queue, ShardedMap};
+use crate::records::{AgentEntry, AgentEvent, ConsumerdEntry, Ending, Job, Lane, Phase, Ranked, Route, State, Task};
+use crate::sync::{fence, yield_now, Arc, AtomicBool, Ordering, ShardedMap};
 
 /// Routes with more agents than this look at a window of this many agents
 /// per placement instead of all of them.
@@ -109,7 +111,7 @@ impl<J: Job> Router<J> {
             |route| {
                 let lane = Arc::new(Lane {
                     node_id: consumerd.node_id,
-                    queue: Queue::new(),
+                    queue: Ranked::new(),
                     detached: AtomicBool::new(false),
                     advertised: AtomicBool::new(advertised),
                 });
@@ -191,7 +193,7 @@ impl<J: Job> Router<J> {
     /// Puts a task in its lane and counts it in.
     fn enqueue(&self, route: &Route<J>, task: Arc<Task<J>>, ends: &impl Ends<J>) {
         let lane = task.lane.clone();
-        lane.queue.push(task);
+        lane.queue.push(task.class, task);
         route.queued.fetch_add(1, Ordering::SeqCst);
         if !route.waited.load(Ordering::Relaxed) {
             route.waited.store(true, Ordering::Relaxed);

@@ -24,8 +24,8 @@ use crate::counters::{AgentCounters, ConsumerdCounters};
 use crate::lifecycle::Core;
 use crate::outbox::Outbox;
 use crate::records::{
-    AgentEntry, AgentEvent, AgentId, Answer, AnswerKind, CompleteError, ConsumerdEntry, ConsumerdId, Dispatch, Ending,
-    Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, SAMPLE_RING,
+    cost_class, AgentEntry, AgentEvent, AgentId, Answer, AnswerKind, CompleteError, ConsumerdEntry, ConsumerdId,
+    Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, SAMPLE_RING,
 };
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
@@ -385,7 +385,9 @@ impl<J: Job> ConsumerdSession<J> {
         };
         let id = TaskId(u64::from(self.entry.id.0) << 32 | u64::from(self.next_seq));
         self.next_seq = self.next_seq.wrapping_add(1);
-        let task = Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone()));
+        let class = if self.core.config.longest_first { cost_class(J::expected_micros(&body)) } else { 0 };
+        let task =
+            Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone()).with_class(class));
         self.tasks.insert(client_id, task.clone());
         self.entry.counters.submitted.bump();
         self.publish_in_flight();

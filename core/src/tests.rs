@@ -13,7 +13,7 @@ use ccroute_wire::{RetryReason, ToolchainKey};
 use super::*;
 use crate::sync::Arc;
 
-pub(crate) use super::test_support::{peer, tc, TestJob};
+pub(crate) use super::test_support::{peer, tc, CostedJob, TestJob};
 
 type S = Scheduler<TestJob>;
 
@@ -185,6 +185,82 @@ fn waiting_tasks_are_served_round_robin_across_consumerds() {
     // the small one is empty: the small build is done within 9 placements.
     let last_small = order.iter().rposition(|&w| w == 2).unwrap();
     assert!(last_small <= 9, "small consumerd starved: {order:?}");
+}
+
+/// The bodies (expected microseconds) an agent of one token runs, in order,
+/// after `submit` filled the lanes while its token was taken.
+fn costed_order(config: Config, submit: impl FnOnce(&mut [ConsumerdSession<CostedJob>])) -> Vec<u64> {
+    let s: Scheduler<CostedJob> = Scheduler::new(config);
+    let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cds = [s.connect_consumerd(peer(2), &[tc("gcc")]), s.connect_consumerd(peer(3), &[tc("gcc")])];
+    // The token taken first, by a task of its own.
+    cds[0].submit(999, tc("gcc").key(), 1).unwrap();
+    submit(&mut cds);
+    let mut order = vec![];
+    loop {
+        let mut got = vec![];
+        while let Some(d) = agent.poll() {
+            if let Dispatch::Assign(t) = d {
+                got.push((t.id(), *t.body()));
+            }
+        }
+        if got.is_empty() {
+            break;
+        }
+        for (t, cost) in got {
+            order.push(cost);
+            agent.complete(t, true).unwrap();
+        }
+    }
+    order.remove(0);
+    order
+}
+
+const MS: u64 = 1000;
+
+#[test]
+fn among_a_consumerds_waiting_units_the_longest_expected_goes_first() {
+    let costs = [100 * MS, 5000 * MS, 300 * MS, 20 * MS, 1200 * MS, 300 * MS + 1];
+    let submit = |cds: &mut [ConsumerdSession<CostedJob>]| {
+        for (id, c) in costs.iter().enumerate() {
+            cds[0].submit(id as u64, tc("gcc").key(), *c).unwrap();
+        }
+    };
+    let order = costed_order(Config::default(), submit);
+    // By class, dearest first; within a class (the two of ~300 ms), first come first served.
+    assert_eq!(order, [5000 * MS, 1200 * MS, 300 * MS, 300 * MS + 1, 100 * MS, 20 * MS]);
+    // Turned off: first come, first served.
+    let fifo = costed_order(Config { longest_first: false, ..Config::default() }, submit);
+    assert_eq!(fifo, costs);
+}
+
+#[test]
+fn longest_first_keeps_the_round_robin_across_consumerds() {
+    // One consumerd's units are all long, the other's all short: the short
+    // build still gets every other token, not the leftovers.
+    let order = costed_order(Config::default(), |cds| {
+        for id in 0..6 {
+            cds[0].submit(id, tc("gcc").key(), 8000 * MS).unwrap();
+            cds[1].submit(id, tc("gcc").key(), 10 * MS).unwrap();
+        }
+    });
+    assert_eq!(order.len(), 12);
+    let last_short = order.iter().rposition(|&c| c == 10 * MS).unwrap();
+    assert!(last_short <= 11, "{order:?}");
+    let first_short = order.iter().position(|&c| c == 10 * MS).unwrap();
+    assert!(first_short <= 1, "the short build waited for the long one: {order:?}");
+    for pair in order.chunks(2) {
+        assert_ne!(pair[0], pair[1], "lanes alternate: {order:?}");
+    }
+}
+
+#[test]
+fn cost_classes_double_from_64_ms_to_4_s() {
+    let class = |ms: u64| crate::records::cost_class(Some(ms * MS));
+    assert_eq!([class(0), class(63), class(64), class(127), class(128)], [0, 0, 1, 1, 2]);
+    assert_eq!([class(2047), class(2048), class(4096), class(600_000)], [5, 6, 7, 7]);
+    // Nothing known ranks as a second.
+    assert_eq!(crate::records::cost_class(None), class(1000));
 }
 
 #[test]

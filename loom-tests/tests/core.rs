@@ -31,6 +31,10 @@ impl Job for J {
             AnswerKind::Failed
         }
     }
+    /// Odd bodies are dear, even ones cheap: lanes rank them in two classes.
+    fn expected_micros(task: &u64) -> Option<u64> {
+        Some(if task % 2 == 1 { 10_000_000 } else { 1_000 })
+    }
 }
 
 fn tc() -> Toolchain {
@@ -265,6 +269,46 @@ fn no_task_waits_while_a_token_is_free() {
         }
         drop(agent);
         drop(cd);
+    });
+}
+
+/// A dear task is pushed into its class while a token given back scans
+/// the lane past that class and takes a cheap one: neither waits while a
+/// token is free, and the dear one is not lost behind the scan.
+#[test]
+fn a_dear_task_pushed_while_a_pop_scans_the_classes_is_not_stranded() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut agent = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 1).unwrap();
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("not assigned") };
+        let first = t.id();
+        drop(t);
+        // A cheap one waits.
+        cd.submit(2, tc().key(), 2).unwrap();
+        let a = thread::spawn(move || {
+            agent.complete(first, true).unwrap();
+            agent
+        });
+        let c = thread::spawn(move || {
+            cd.submit(3, tc().key(), 3).unwrap();
+            cd
+        });
+        let mut agent = a.join().unwrap();
+        let cd = c.join().unwrap();
+        // One token: exactly one of tasks 2 and 3 runs, the other waits.
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("no task placed on the free token") };
+        assert!([2, 3].contains(t.body()));
+        assert_eq!(s.routes()[0].queued, 1);
+        let next = t.id();
+        drop(t);
+        agent.complete(next, true).unwrap();
+        let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("the other task was stranded") };
+        assert!([2, 3].contains(t.body()));
+        assert_eq!(s.routes()[0].queued, 0);
+        drop(t);
+        drop((agent, cd));
     });
 }
 

@@ -77,4 +77,8 @@ impl Job for NetJob {
             _ => AnswerKind::Failed,
         }
     }
+
+    fn expected_micros(task: &TaskBody) -> Option<u64> {
+        task.expected.map(|e| e.prediction.micros)
+    }
 }
