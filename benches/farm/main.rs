@@ -6,6 +6,8 @@
 //! cargo bench --bench farm -- lan-64 wan   # the named presets; prints the table
 //! cargo bench --bench farm -- record       # re-records benches/farm/traces/
 //! cargo test --bench farm                  # the CI smoke: 8 agents, 400 units
+//! FARM_SCHEDULER_FLAGS=--longest-first cargo bench --bench farm -- lan-64
+//!                                          # the same farm with a placement policy on
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -770,8 +772,24 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let mut procs: Vec<Proc> = Vec::new();
     let sched_addr = format!("{}:{SCHEDULER_PORT}", netns::HUB_IP);
     let tls_s = tls.to_string_lossy().into_owned();
-    let scheduler_args =
-        ["scheduler", "--listen", &sched_addr, "--no-cache", "--no-optimizer", "--tls-dir", &tls_s].map(String::from);
+    // Its cost model starts empty in this run's own directory; extra flags
+    // (a policy turned off, say) come from FARM_SCHEDULER_FLAGS.
+    let cache_dir = w.join("cache").to_string_lossy().into_owned();
+    let mut scheduler_args: Vec<String> = [
+        "scheduler",
+        "--listen",
+        &sched_addr,
+        "--no-cache",
+        "--no-optimizer",
+        "--tls-dir",
+        &tls_s,
+        "--cache-dir",
+        &cache_dir,
+    ]
+    .map(String::from)
+    .to_vec();
+    scheduler_args
+        .extend(std::env::var("FARM_SCHEDULER_FLAGS").unwrap_or_default().split_whitespace().map(String::from));
     let mut scheduler = spawn_in(&net.hub, Path::new(CCROUTE), &scheduler_args, &w.join("scheduler.log"), true)?;
     wait_line(&mut scheduler, "ccroute scheduler listening", Duration::from_secs(20))?;
     let mut sched_pid = scheduler.pid();

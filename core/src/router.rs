@@ -17,9 +17,10 @@
 //!   window is full), or else waits in its consumerd's lane.
 //! - An agent that gives a token back serves its routes' waiting tasks.
 //! - Lanes are served round-robin, so one consumerd's big build cannot starve
-//!   another's (fairness across consumerds within a route). Within a lane
-//!   the longest expected task goes first ([`Ranked`]: a queue per cost
-//!   class), so a build's long units do not start last and hold its end.
+//!   another's (fairness across consumerds within a route). Within a lane,
+//!   with [`crate::Config::longest_first`], the longest expected task goes
+//!   first ([`Ranked`]: a queue per cost class), so a build's long units do
+//!   not start last and hold its end.
 //!
 //! The protocol that no task waits while a token is free — the one loom
 //! checks — is a Dekker pair: a submitter *pushes, counts itself in

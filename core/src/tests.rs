@@ -226,11 +226,12 @@ fn among_a_consumerds_waiting_units_the_longest_expected_goes_first() {
             cds[0].submit(id as u64, tc("gcc").key(), *c).unwrap();
         }
     };
-    let order = costed_order(Config::default(), submit);
+    let on = Config { longest_first: true, ..Config::default() };
+    let order = costed_order(on.clone(), submit);
     // By class, dearest first; within a class (the two of ~300 ms), first come first served.
     assert_eq!(order, [5000 * MS, 1200 * MS, 300 * MS, 300 * MS + 1, 100 * MS, 20 * MS]);
     // Turned off: first come, first served.
-    let fifo = costed_order(Config { longest_first: false, ..Config::default() }, submit);
+    let fifo = costed_order(Config::default(), submit);
     assert_eq!(fifo, costs);
 }
 
@@ -238,7 +239,7 @@ fn among_a_consumerds_waiting_units_the_longest_expected_goes_first() {
 fn longest_first_keeps_the_round_robin_across_consumerds() {
     // One consumerd's units are all long, the other's all short: the short
     // build still gets every other token, not the leftovers.
-    let order = costed_order(Config::default(), |cds| {
+    let order = costed_order(Config { longest_first: true, ..Config::default() }, |cds| {
         for id in 0..6 {
             cds[0].submit(id, tc("gcc").key(), 8000 * MS).unwrap();
             cds[1].submit(id, tc("gcc").key(), 10 * MS).unwrap();

@@ -278,7 +278,7 @@ fn no_task_waits_while_a_token_is_free() {
 #[test]
 fn a_dear_task_pushed_while_a_pop_scans_the_classes_is_not_stranded() {
     model(|| {
-        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let s: Scheduler<J> = Scheduler::new(Config { longest_first: true, ..Config::default() });
         let mut cd = s.connect_consumerd(peer(1), &[tc()]);
         let mut agent = s.connect_agent(peer(2), &[tc()], 1);
         cd.submit(1, tc().key(), 1).unwrap();

@@ -112,10 +112,10 @@ pub struct SchedulerArgs {
     /// samples (consumerds' shares are still computed).
     #[arg(long)]
     pub no_optimizer: bool,
-    /// Serve each consumerd's waiting units first come, first served,
-    /// instead of the longest expected first (the cost model still learns).
+    /// Serve each consumerd's waiting units longest expected first (by the
+    /// cost model) instead of first come, first served.
     #[arg(long)]
-    pub no_longest_first: bool,
+    pub longest_first: bool,
     /// Seconds a silent peer has before it counts as lost.
     #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
     pub idle_timeout: f64,

@@ -203,7 +203,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
         ..TransportOptions::default()
     };
-    config.core.longest_first = !a.no_longest_first;
+    config.core.longest_first = a.longest_first;
     if a.no_optimizer {
         if let Some(o) = config.optimizer.as_mut() {
             o.tune_agents = false;
