@@ -221,14 +221,26 @@ pub type Source = Arc<dyn Fn() -> Vec<Family> + Send + Sync>;
 /// Serves `GET /metrics` from `source` on `listener` until `shutdown`;
 /// anything else is a 404.
 pub async fn serve(listener: TcpListener, source: Source, shutdown: CancellationToken) {
+    serve_http(listener, shutdown, move |req| answer(req, source.clone())).await;
+}
+
+/// Serves HTTP/1 on `listener` until `shutdown`, each request answered by
+/// `answer` (the scheduler's listener also serves the web view through it).
+pub async fn serve_http<F, Fut, B>(listener: TcpListener, shutdown: CancellationToken, answer: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let source = source.clone();
+                let answer = answer.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, source.clone()));
+                    let service = hyper::service::service_fn(answer);
                     let io = hyper_util::rt::TokioIo::new(stream);
                     if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
                         tracing::debug!(error = %e, "metrics connection");

@@ -32,7 +32,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::ServerState;
@@ -216,28 +215,10 @@ fn families(state: &ServerState) -> Vec<Family> {
 
 /// Serves `/metrics` and the web view on `listener` until `shutdown` is cancelled.
 pub(crate) async fn serve(listener: TcpListener, state: Arc<ServerState>, shutdown: CancellationToken) {
-    let mut connections = JoinSet::new();
     let recent = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
-    connections.spawn(super::web::tick(state.clone(), recent.clone(), shutdown.clone()));
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let state = state.clone();
-                let recent = recent.clone();
-                connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, state.clone(), recent.clone()));
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
-                        tracing::debug!(error = %e, "metrics connection");
-                    }
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            () = shutdown.cancelled() => break,
-        }
-    }
-    connections.abort_all();
+    let ticker = tokio::spawn(super::web::tick(state.clone(), recent.clone(), shutdown.clone()));
+    exposition::serve_http(listener, shutdown, move |req| answer(req, state.clone(), recent.clone())).await;
+    let _ = ticker.await;
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
