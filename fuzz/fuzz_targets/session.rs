@@ -13,8 +13,10 @@ use ccroute_core::{AgentSession, Config, ConsumerdSession, Dispatch, PeerInfo, S
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 use libfuzzer_sys::fuzz_target;
 
-/// Bodies are numbers; answers say whether the compile succeeded.
-type J = ccroute_core::test_support::TestJob;
+/// Bodies are their expected cost in microseconds (lanes rank them in
+/// cost classes when longest-first is on); answers say whether the
+/// compile succeeded.
+type J = ccroute_core::test_support::CostedJob;
 
 fn tc(i: u8) -> Toolchain {
     Toolchain {
@@ -59,7 +61,9 @@ fn poll(agent: &mut Agent) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8 });
+    // The first byte's low bit turns longest-first on.
+    let longest_first = data.first().is_some_and(|b| b & 1 == 1);
+    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first });
     let both = [tc(0), tc(1)];
     let mut cds: Vec<Cd> = (0..2)
         .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: HashSet::new() })
@@ -75,7 +79,9 @@ fuzz_target!(|data: &[u8]| {
             0 => {
                 let id = next_id;
                 next_id += 1;
-                if cds[ci].session.submit(id, tc(b / 3).key(), id).is_ok() {
+                // Costs from 0 to ~25 s: every cost class.
+                let cost = id.wrapping_mul(97_003) % 25_000_000;
+                if cds[ci].session.submit(id, tc(b / 3).key(), cost).is_ok() {
                     cds[ci].open.insert(id);
                 }
             }
