@@ -104,10 +104,8 @@ pub struct Accuracy {
     /// Of those, predicted from the unit's own history.
     pub from_history: u64,
     /// Median of |predicted − observed| ÷ observed over the last
-    /// [`CostModel::ERRORS`] checked, by history only; `None` before any.
+    /// [`CostModel::ERRORS`] checked from history; `None` before any.
     pub median_error: Option<f64>,
-    /// The same over every basis.
-    pub median_error_all: Option<f64>,
 }
 
 /// The model. See the module docs.
@@ -119,8 +117,8 @@ pub struct CostModel {
     fits: HashMap<ToolchainKey, Fit>,
     predictions: u64,
     from_history: u64,
-    /// Recent relative errors, and whether each came from history.
-    errors: VecDeque<(f32, bool)>,
+    /// Relative errors of recent predictions from history.
+    errors: VecDeque<f32>,
 }
 
 impl CostModel {
@@ -172,12 +170,13 @@ impl CostModel {
         let observed = micros.max(1) as f64;
         if let Some(p) = predicted {
             self.predictions += 1;
-            let history = p.basis == Basis::History;
-            self.from_history += u64::from(history);
-            if self.errors.len() == Self::ERRORS {
-                self.errors.pop_front();
+            if p.basis == Basis::History {
+                self.from_history += 1;
+                if self.errors.len() == Self::ERRORS {
+                    self.errors.pop_front();
+                }
+                self.errors.push_back(((p.micros as f64 - observed).abs() / observed) as f32);
             }
-            self.errors.push_back((((p.micros as f64 - observed).abs() / observed) as f32, history));
         }
         self.fits.entry(toolchain).or_default().add(bytes as f64, observed);
         self.clock += 1;
@@ -210,20 +209,13 @@ impl CostModel {
 
     /// How good the predictions have been.
     pub fn accuracy(&self) -> Accuracy {
-        let median = |history_only: bool| {
-            let mut v: Vec<f32> = self.errors.iter().filter(|(_, h)| *h || !history_only).map(|(e, _)| *e).collect();
-            if v.is_empty() {
-                return None;
-            }
-            v.sort_by(f32::total_cmp);
-            Some(f64::from(v[v.len() / 2]))
-        };
+        let mut v: Vec<f32> = self.errors.iter().copied().collect();
+        v.sort_by(f32::total_cmp);
         Accuracy {
             units: self.units.len(),
             predictions: self.predictions,
             from_history: self.from_history,
-            median_error: median(true),
-            median_error_all: median(false),
+            median_error: v.get(v.len() / 2).map(|e| f64::from(*e)),
         }
     }
 

@@ -286,6 +286,7 @@ impl<J: Job> Task<J> {
         route: Arc<Route<J>>,
         lane: Arc<Lane<J>>,
         consumerd: Arc<ConsumerdEntry<J>>,
+        class: u8,
     ) -> Self {
         Task {
             id,
@@ -296,14 +297,8 @@ impl<J: Job> Task<J> {
             route,
             lane,
             consumerd,
-            class: 0,
+            class,
         }
-    }
-
-    /// The same, ranked in its lane in cost class `class`.
-    pub(crate) fn with_class(mut self, class: u8) -> Self {
-        self.class = class;
-        self
     }
 
     /// Whether the task has ended (answered, sent back or cancelled).

@@ -386,8 +386,7 @@ impl<J: Job> ConsumerdSession<J> {
         let id = TaskId(u64::from(self.entry.id.0) << 32 | u64::from(self.next_seq));
         self.next_seq = self.next_seq.wrapping_add(1);
         let class = if self.core.config.longest_first { cost_class(J::expected_micros(&body)) } else { 0 };
-        let task =
-            Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone()).with_class(class));
+        let task = Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone(), class));
         self.tasks.insert(client_id, task.clone());
         self.entry.counters.submitted.bump();
         self.publish_in_flight();

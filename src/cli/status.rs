@@ -158,7 +158,7 @@ pub fn render(r: &StatusReport) -> String {
     );
     let c = &r.costs;
     let hits = if c.predictions > 0 { 100.0 * c.from_history as f64 / c.predictions as f64 } else { 0.0 };
-    let error = if c.median_error >= 0.0 { format!("{:.0}%", c.median_error * 100.0) } else { "–".into() };
+    let error = c.median_error.map_or_else(|| "–".into(), |e| format!("{:.0}%", e * 100.0));
     let _ = writeln!(
         out,
         "cost model: {} units; {} results, {hits:.0}% expected from their history, median error {error}",

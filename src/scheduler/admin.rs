@@ -108,7 +108,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                 units: a.units as u64,
                 predictions: a.predictions,
                 from_history: a.from_history,
-                median_error: a.median_error.map_or(-1.0, |e| e as f32),
+                median_error: a.median_error.map(|e| e as f32),
             }
         },
     }

@@ -218,8 +218,6 @@ fn on_frame(
                 }
                 if let Some(web) = &state.web {
                     web.stopped(header.task_id);
-                    // The rest of the round trip is the transfer both ways.
-                    let compile = agent_time;
                     let outcome = match header.outcome {
                         ccroute_wire::Outcome::Success => "ok",
                         ccroute_wire::Outcome::CompileFailed => "failed",
@@ -230,8 +228,9 @@ fn on_frame(
                         consumerd: f.consumerd,
                         agent: agent_name.to_owned(),
                         queue: f.queue,
-                        transfer: took.saturating_sub(compile),
-                        compile,
+                        // The rest of the round trip is the transfer both ways.
+                        transfer: took.saturating_sub(agent_time),
+                        compile: agent_time,
                         outcome,
                     });
                 }

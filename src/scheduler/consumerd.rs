@@ -198,7 +198,11 @@ async fn on_frame(
                 Ticket::OverBudget => (None, CacheLookup::Unchecked),
             };
             state.metrics.received(frame.payload.len());
-            let expected = state.costs.expect(header.toolchain, &header.spec, frame.payload.len());
+            // A cache hit compiles nothing: nothing is expected of it.
+            let expected = match lookup {
+                CacheLookup::Hit(_) => None,
+                _ => state.costs.expect(header.toolchain, &header.spec, frame.payload.len()),
+            };
             let body = TaskBody { origin, expected, ..TaskBody::new(header, frame.payload, reservation, lookup) };
             submit(session, writer, body).await
         }

@@ -120,6 +120,9 @@ impl Costs {
     }
 }
 
+/// Options naming what a compile writes: not part of a unit's name.
+const OUTPUT_OPTIONS: [&str; 4] = ["-o", "-MF", "-MT", "-MQ"];
+
 /// A unit's name across builds. See the module docs.
 pub(crate) fn unit_key(toolchain: ToolchainKey, cwd: &str, input: &str, args: &[String]) -> u64 {
     let mut h = blake3::Hasher::new();
@@ -134,11 +137,11 @@ pub(crate) fn unit_key(toolchain: ToolchainKey, cwd: &str, input: &str, args: &[
         if std::mem::take(&mut skip_next) {
             continue;
         }
-        if ["-o", "-MF", "-MT", "-MQ"].contains(&a.as_str()) {
+        if OUTPUT_OPTIONS.contains(&a.as_str()) {
             skip_next = true;
             continue;
         }
-        if ["-o", "-MF", "-MT", "-MQ"].iter().any(|p| a.starts_with(p)) {
+        if OUTPUT_OPTIONS.iter().any(|p| a.starts_with(p)) {
             continue;
         }
         h.update(&(a.len() as u64).to_le_bytes());

@@ -49,9 +49,8 @@ const WAIT_BUCKETS: [f64; 14] =
 /// What the scheduler counts as it happens, for `/metrics`.
 #[derive(Debug)]
 pub struct Metrics {
-    /// From a task's arrival at the scheduler to its dispatch to an agent.
-    pub wait: Histogram,
-    /// The same, per route (one per toolchain the farm serves).
+    /// From a task's arrival at the scheduler to its dispatch to an agent,
+    /// per route (one per toolchain the farm serves).
     route_wait: DashMap<ToolchainKey, Histogram>,
     /// From a task's dispatch to its agent's result.
     pub compile: Histogram,
@@ -64,7 +63,6 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            wait: Histogram::new(&WAIT_BUCKETS),
             route_wait: DashMap::new(),
             compile: Histogram::new(&COMPILE_BUCKETS),
             bytes_in: AtomicU64::new(0),
@@ -76,11 +74,15 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts a task of `route` dispatched after waiting `d`.
     pub fn waited(&self, route: ToolchainKey, d: Duration) {
-        self.wait.observe(d);
         match self.route_wait.get(&route) {
             Some(h) => h.observe(d),
             None => self.route_wait.entry(route).or_insert_with(|| Histogram::new(&WAIT_BUCKETS)).observe(d),
         }
+    }
+
+    /// Tasks dispatched so far over every route, and their summed wait in seconds.
+    pub fn waits(&self) -> (u64, f64) {
+        self.route_wait.iter().fold((0, 0.0), |(n, s), h| (n + h.count(), s + h.sum_seconds()))
     }
 
     /// Counts payload bytes received.
@@ -149,14 +151,14 @@ fn families(state: &ServerState) -> Vec<Family> {
             .row(vec![("basis", "history".into())], c.from_history as f64)
             .row(vec![("basis", "size_or_cold".into())], c.predictions.saturating_sub(c.from_history) as f64),
     ]);
-    if c.median_error >= 0.0 {
+    if let Some(error) = c.median_error {
         families.push(
             Family::new(
                 "ccroute_cost_median_error_ratio",
                 "Median |expected - took| / took of recent results expected from history",
                 gauge,
             )
-            .row(vec![], f64::from(c.median_error)),
+            .row(vec![], f64::from(error)),
         );
     }
     let mut tokens_in_use = Family::new("ccroute_agent_tokens_in_use", "Tokens an agent holds now", gauge);

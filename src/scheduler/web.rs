@@ -153,12 +153,12 @@ pub(crate) fn snapshot(state: &ServerState, recent: &Mutex<VecDeque<Shown>>) -> 
     for v in slots.values_mut() {
         v.sort();
     }
-    let wait = &state.metrics.wait;
+    let (waited, wait_s) = state.metrics.waits();
     serde_json::json!({
         "status": crate::cli::status::json(&report),
         "slots": slots,
         "recent": recent.iter().collect::<Vec<_>>(),
-        "wait": { "count": wait.count(), "sum_s": wait.sum_seconds() },
+        "wait": { "count": waited, "sum_s": wait_s },
     })
 }
 

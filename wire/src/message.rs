@@ -483,8 +483,8 @@ pub struct CostStatus {
     /// Of those, expected from the unit's own history (the rest from its size).
     pub from_history: u64,
     /// Median of |expected − took| ÷ took over recent results expected from
-    /// history; negative when there were none.
-    pub median_error: f32,
+    /// history; `None` before any.
+    pub median_error: Option<f32>,
 }
 
 /// One route in a [`StatusReport`].
