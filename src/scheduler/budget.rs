@@ -8,15 +8,26 @@
 //! at once and its payload is never read; nothing waits for room, so one
 //! peer's burst never blocks another's traffic.
 //!
-//! A consumerd's connection reserves through a [`Share`]: while `n` shares
-//! are open, each may hold at most `1/(n+1)` of the budget, so there is always
-//! a share free for one more, and one peer — however authenticated, stalling
-//! or flooding — cannot take what the others need. A share is never less
-//! than [`MIN_SHARE_PARTS`]`⁻¹` of the budget (16 MiB of the default
-//! 256 MiB), so a big source still fits with hundreds of consumerds
-//! connected; past that many stalling peers, their stall deadlines are what
-//! gives the bytes back. (Results from agents
-//! reserve from the budget directly: their tasks are waiting for them.)
+//! A consumerd's connection reserves through a [`Share`], which bounds two
+//! things while `n` shares are open:
+//!
+//! - **bytes still arriving** (reserved at the header, not yet read): at most
+//!   `1/(n+1)` of the budget, so there is always room for one more, and a
+//!   peer that declares payloads and stalls — however authenticated — cannot
+//!   take what the others need. Never less than [`MIN_SHARE_PARTS`]`⁻¹` of the
+//!   budget (16 MiB of the default 256 MiB), so a big source still fits with
+//!   hundreds of consumerds connected; past that many stalling peers, their
+//!   stall deadlines are what gives the bytes back.
+//! - **all its bytes**, arrived ones included (sources waiting or being
+//!   compiled, kept for a requeue): the budget less a [`MIN_SHARE_PARTS`]`⁻¹`
+//!   part for each other share and one for a newcomer. A sole consumerd
+//!   feeding a big farm may hold 15/16 of the budget (it was held to half,
+//!   and a 2,048-token farm sent units back with the budget half empty);
+//!   what it holds is in use and comes back as its compiles end.
+//!
+//! A payload reserved at its header moves from the first count to the second
+//! once it is read ([`Reservation::arrived`]). (Results from agents reserve
+//! from the budget directly: their tasks are waiting for them.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,17 +53,21 @@ pub struct Reservation {
     bytes: u64,
     /// What the [`Share`] it was taken through holds, if any.
     share: Option<Arc<AtomicU64>>,
+    /// The share's count of bytes still arriving, while this payload is.
+    arriving: Option<Arc<AtomicU64>>,
 }
 
 /// A share is at least this part of the budget, however many are open.
 pub const MIN_SHARE_PARTS: u64 = 16;
 
-/// One connection's part of a [`Budget`]: at most `1/(n+1)` of it while `n`
-/// shares are open (and never less than `1/MIN_SHARE_PARTS`).
+/// One connection's part of a [`Budget`] (the module doc says how much).
 #[derive(Debug)]
 pub struct Share {
     inner: Arc<Inner>,
+    /// Every byte reserved through it.
     held: Arc<AtomicU64>,
+    /// Of those, the bytes of payloads still arriving.
+    arriving: Arc<AtomicU64>,
 }
 
 impl Budget {
@@ -63,13 +78,13 @@ impl Budget {
 
     /// Reserves `bytes`, or `None` when that would pass the limit.
     pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
-        self.inner.reserve(bytes).then(|| Reservation { inner: self.inner.clone(), bytes, share: None })
+        self.inner.reserve(bytes).then(|| Reservation { inner: self.inner.clone(), bytes, share: None, arriving: None })
     }
 
     /// A share for one connection, counted until it is dropped.
     pub fn share(&self) -> Share {
         self.inner.shares.fetch_add(1, Ordering::AcqRel);
-        Share { inner: self.inner.clone(), held: Arc::new(AtomicU64::new(0)) }
+        Share { inner: self.inner.clone(), held: Arc::new(AtomicU64::new(0)), arriving: Arc::new(AtomicU64::new(0)) }
     }
 
     /// Bytes reserved now.
@@ -103,28 +118,75 @@ fn take_within(counter: &AtomicU64, bytes: u64, cap: u64) -> bool {
 }
 
 impl Share {
-    /// Reserves `bytes`, or `None` when that would pass this share's part
-    /// (`1/(n+1)` of the budget while `n` shares are open) or the budget.
+    /// Reserves `bytes` for a payload still to arrive, or `None` when that
+    /// would pass this share's part of arriving bytes or of all bytes, or
+    /// the budget. Call [`Reservation::arrived`] once it is read.
     pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
-        if !take_within(&self.held, bytes, self.cap()) {
+        let parts = self.parts();
+        if !take_within(&self.arriving, bytes, self.inner.limit / parts) {
+            return None;
+        }
+        match self.reserve(bytes, parts) {
+            Some(mut r) => {
+                r.arriving = Some(self.arriving.clone());
+                Some(r)
+            }
+            None => {
+                self.arriving.fetch_sub(bytes, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
+    /// Reserves `bytes` of a payload already read (an inline one), or
+    /// `None` when that would pass this share's part of all bytes or the
+    /// budget.
+    pub fn try_reserve_arrived(&self, bytes: u64) -> Option<Reservation> {
+        self.reserve(bytes, self.parts())
+    }
+
+    fn reserve(&self, bytes: u64, parts: u64) -> Option<Reservation> {
+        if !take_within(&self.held, bytes, self.held_cap(parts)) {
             return None;
         }
         if !self.inner.reserve(bytes) {
             self.held.fetch_sub(bytes, Ordering::AcqRel);
             return None;
         }
-        Some(Reservation { inner: self.inner.clone(), bytes, share: Some(self.held.clone()) })
+        Some(Reservation { inner: self.inner.clone(), bytes, share: Some(self.held.clone()), arriving: None })
     }
 
-    /// The most this share may hold now.
+    /// `n + 1` while `n` shares are open, at most [`MIN_SHARE_PARTS`].
+    fn parts(&self) -> u64 {
+        (self.inner.shares.load(Ordering::Acquire) + 1).min(MIN_SHARE_PARTS)
+    }
+
+    /// The most this share may hold in all: the budget less a
+    /// [`MIN_SHARE_PARTS`]`⁻¹` part for each other share and a newcomer
+    /// (`parts - 1` of them), and never less than its part of arriving bytes.
+    fn held_cap(&self, parts: u64) -> u64 {
+        let part = self.inner.limit / MIN_SHARE_PARTS;
+        (self.inner.limit - part * (parts - 1)).max(self.inner.limit / parts)
+    }
+
+    /// The most this share may hold now in payloads still arriving.
     pub fn cap(&self) -> u64 {
-        let parts = (self.inner.shares.load(Ordering::Acquire) + 1).min(MIN_SHARE_PARTS);
-        self.inner.limit / parts
+        self.inner.limit / self.parts()
+    }
+
+    /// The most this share may hold now in all.
+    pub fn held_limit(&self) -> u64 {
+        self.held_cap(self.parts())
     }
 
     /// Bytes this share holds now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
+    }
+
+    /// Of those, bytes of payloads still arriving.
+    pub fn arriving(&self) -> u64 {
+        self.arriving.load(Ordering::Relaxed)
     }
 }
 
@@ -136,6 +198,16 @@ impl Drop for Share {
     }
 }
 
+impl Reservation {
+    /// The payload it was taken for has been read: it no longer counts
+    /// among its share's bytes still arriving (it still holds its bytes).
+    pub fn arrived(&mut self) {
+        if let Some(arriving) = self.arriving.take() {
+            arriving.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         // Pairs with the AcqRel compare-exchange in `take_within`.
@@ -143,6 +215,7 @@ impl Drop for Reservation {
         if let Some(held) = &self.share {
             held.fetch_sub(self.bytes, Ordering::AcqRel);
         }
+        self.arrived();
     }
 }
 
@@ -165,33 +238,56 @@ mod tests {
     }
 
     #[test]
-    fn each_share_leaves_room_for_one_more() {
-        let b = Budget::new(1200);
+    fn each_share_leaves_room_for_one_more_in_bytes_still_arriving() {
+        let b = Budget::new(1600);
         let first = b.share();
-        assert_eq!(first.cap(), 600, "alone: half");
-        let held = first.try_reserve(600).unwrap();
+        assert_eq!(first.cap(), 800, "alone: half");
+        let held = first.try_reserve(800).unwrap();
         assert!(first.try_reserve(1).is_none(), "past its half");
         let second = b.share();
-        assert_eq!((first.cap(), second.cap()), (400, 400));
+        assert_eq!((first.cap(), second.cap()), (533, 533));
         // The first holds past its new part: it takes nothing more until it
         // is back under it, and the second still finds its part free.
-        let r2 = second.try_reserve(400).unwrap();
+        let r2 = second.try_reserve(533).unwrap();
         assert!(second.try_reserve(1).is_none());
-        assert_eq!(b.used(), 1000);
+        assert_eq!(b.used(), 1333);
         // A newcomer finds what is left.
         let third = b.share();
         assert!(third.try_reserve(200).is_some());
         drop((held, r2));
-        assert_eq!((first.held(), second.held(), b.used()), (0, 0, 0));
+        assert_eq!((first.held(), first.arriving(), second.held(), b.used()), (0, 0, 0, 0));
         // Direct reservations (agents' results) are not capped by shares.
-        let direct = b.try_reserve(1200).unwrap();
+        let direct = b.try_reserve(1600).unwrap();
         assert!(first.try_reserve(1).is_none(), "the budget itself is full");
-        assert_eq!(first.held(), 0, "a refused reservation holds nothing");
+        assert_eq!((first.held(), first.arriving()), (0, 0), "a refused reservation holds nothing");
         drop(direct);
         drop(third);
-        assert_eq!(first.cap(), 400);
+        assert_eq!(first.cap(), 533);
         let many: Vec<Share> = (0..100).map(|_| b.share()).collect();
-        assert_eq!(many[0].cap(), 1200 / MIN_SHARE_PARTS, "a share has a floor");
+        assert_eq!(many[0].cap(), 1600 / MIN_SHARE_PARTS, "a share has a floor");
+        assert_eq!(many[0].held_limit(), 1600 / MIN_SHARE_PARTS, "and so has its part of all bytes");
+    }
+
+    #[test]
+    fn arrived_bytes_may_fill_all_but_a_part_for_each_other_share() {
+        let b = Budget::new(1600);
+        let sole = b.share();
+        assert_eq!(sole.held_limit(), 1500, "alone: all but a sixteenth, for a newcomer");
+        // Read payloads: they count in all bytes, not in those arriving.
+        let mut first = sole.try_reserve(800).unwrap();
+        first.arrived();
+        assert_eq!((sole.held(), sole.arriving()), (800, 0));
+        let second = sole.try_reserve(700).unwrap();
+        assert_eq!(sole.arriving(), 700, "a payload not yet read");
+        assert!(sole.try_reserve_arrived(1).is_none(), "past all but a sixteenth");
+        // A newcomer finds its sixteenth.
+        let newcomer = b.share();
+        assert_eq!(newcomer.try_reserve_arrived(100).map(|r| r.bytes), Some(100));
+        assert_eq!(sole.held_limit(), 1400, "two open: a sixteenth each for the other and a newcomer");
+        drop(second);
+        assert_eq!((sole.held(), sole.arriving(), b.used()), (800, 0, 800));
+        drop(first);
+        assert_eq!(b.used(), 0);
     }
 
     #[test]

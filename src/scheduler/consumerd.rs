@@ -187,11 +187,14 @@ async fn on_frame(
     match frame.message {
         Message::Task(header) => {
             let (reservation, lookup) = match ticket {
-                Ticket::Reserved(r, lookup) => (Some(r), lookup),
+                Ticket::Reserved(mut r, lookup) => {
+                    r.arrived();
+                    (Some(r), lookup)
+                }
                 Ticket::Hit(hit) => (None, CacheLookup::Hit(hit)),
                 // An inline task: its bytes are already here (a control
                 // stream frame is at most INLINE_PAYLOAD_MAX); count them.
-                Ticket::Plain => match share.try_reserve(header.payload.len) {
+                Ticket::Plain => match share.try_reserve_arrived(header.payload.len) {
                     Some(r) => (Some(r), CacheLookup::Unchecked),
                     None => return Ok(over_budget(state, writer, header.task_id).await?),
                 },
