@@ -8,6 +8,8 @@
 //! cargo test --bench farm                  # the CI smoke: 8 agents, 400 units
 //! FARM_SCHEDULER_FLAGS=--longest-first cargo bench --bench farm -- lan-64
 //!                                          # the same farm with a placement policy on
+//! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
+//!                                          # each agent told its speed (--speed), not left to learn it
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -818,8 +820,9 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let relay_pid = relay.pid();
     let link_addr = |i: usize| format!("{}:{}", netns::HUB_IP, FIRST_LINK_PORT as usize + i);
 
+    let pin_speeds = std::env::var("FARM_PIN_SPEEDS").is_ok_and(|v| v == "1");
     for i in 0..s.agents {
-        let args = [
+        let mut args = vec![
             "agent".to_owned(),
             "--scheduler".into(),
             link_addr(i),
@@ -837,6 +840,9 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             "--scratch-dir".into(),
             w.join("scratch").to_string_lossy().into_owned(),
         ];
+        if pin_speeds {
+            args.extend(["--speed".into(), s.speed(i).to_string()]);
+        }
         procs.push(spawn_in(&net.hosts[i], Path::new(CCROUTE), &args, &w.join(format!("agent-{i}.log")), false)?);
     }
     let deadline = Instant::now() + Duration::from_secs(60 + s.agents as u64 / 2);

@@ -47,7 +47,7 @@ pub mod tokens;
 pub use self::lifecycle::{EndView, Hook, HookAction, Interception, TaskRef};
 pub use self::records::{
     AgentId, AgentLoad, Answer, AnswerKind, CompleteError, Config, ConsumerdId, ConsumerdLoad, Dispatch, Job, PeerInfo,
-    Reply, RouteError, Task, TaskId,
+    Reply, RouteError, Task, TaskId, MAX_SPEED, MIN_SPEED, NOMINAL_SPEED,
 };
 pub use self::scheduler::Scheduler;
 pub use self::sessions::{AgentSession, ConsumerdSession};

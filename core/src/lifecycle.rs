@@ -50,7 +50,7 @@ impl<J: Job> Core<J> {
     pub(crate) fn new(config: Config, hooks: Vec<std::sync::Arc<dyn Hook<J>>>) -> Self {
         let config = Config { max_attempts: config.max_attempts.max(1), ..config };
         Core {
-            router: Router::new(config.max_queued_per_route),
+            router: Router::new(config.max_queued_per_route, config.speed_aware),
             config,
             agents: ShardedMap::new(),
             consumerds: ShardedMap::new(),

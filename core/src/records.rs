@@ -101,6 +101,11 @@ impl<T> Ranked<T> {
     pub(crate) fn pop(&self) -> Option<T> {
         self.classes.iter().rev().find_map(Queue::pop)
     }
+
+    /// Takes from the cheapest class that has one (for a slow agent).
+    pub(crate) fn pop_cheapest(&self) -> Option<T> {
+        self.classes.iter().find_map(Queue::pop)
+    }
 }
 
 /// How an answer counts in the statistics.
@@ -190,11 +195,17 @@ pub struct Config {
     /// default: on the farm harness it did not shorten builds (lanes rarely
     /// hold more than a consumerd's window, so there is little to reorder).
     pub longest_first: bool,
+    /// Placement by agent speed ([`crate::router`]): a task goes to the
+    /// agent expected to finish it first — the fastest with a free token,
+    /// or, when only clearly slower agents have one, it waits for a faster
+    /// agent if that is expected to end sooner; a slow agent takes the
+    /// cheapest waiting tasks. Lanes then rank tasks by cost class.
+    pub speed_aware: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_attempts: 3, max_queued_per_route: 4096, longest_first: false }
+        Config { max_attempts: 3, max_queued_per_route: 4096, longest_first: false, speed_aware: false }
     }
 }
 
@@ -376,6 +387,10 @@ pub(crate) struct Route<J: Job> {
     pub(crate) window: AtomicUsize,
     /// Set when a task had to wait; the optimizer reads and clears it.
     pub(crate) waited: AtomicBool,
+    /// The speed of its fastest agent, in thousandths ([`AgentEntry::speed`]);
+    /// may read high for a while after that agent slowed down or left (a
+    /// placement then looks for a faster agent and finds none).
+    pub(crate) fastest: AtomicU32,
 }
 
 /// One consumerd's waiting tasks on one route.
@@ -400,6 +415,7 @@ impl<J: Job> Route<J> {
             cursor: AtomicUsize::new(0),
             window: AtomicUsize::new(0),
             waited: AtomicBool::new(false),
+            fastest: AtomicU32::new(0),
         }
     }
 
@@ -458,7 +474,22 @@ pub(crate) struct AgentEntry<J: Job> {
     pub(crate) reserved: AtomicU32,
     /// The agent's own count of compiles started, from its last sample.
     pub(crate) tasks_started: AtomicU64,
+    /// Its speed in thousandths: expected cost ÷ time taken, learnt by the
+    /// server from its results or pinned in its configuration (1000 until
+    /// then). See [`crate::Config::speed_aware`].
+    pub(crate) speed: AtomicU32,
+    /// The expected cost of the tasks it was given lately, microseconds at
+    /// speed 1 (a moving average; a second until it has had one): how
+    /// often its tokens come free.
+    pub(crate) typical_cost: AtomicU64,
 }
+
+/// An agent's speed before anything is known of it, in thousandths.
+pub const NOMINAL_SPEED: u32 = 1000;
+/// The slowest speed an agent is given (a twentieth of the nominal).
+pub const MIN_SPEED: u32 = 50;
+/// The fastest speed an agent is given (twenty times the nominal).
+pub const MAX_SPEED: u32 = 20_000;
 
 /// A connected consumerd.
 pub(crate) struct ConsumerdEntry<J: Job> {

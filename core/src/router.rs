@@ -22,6 +22,18 @@
 //!   first ([`Ranked`]: a queue per cost class), so a build's long units do
 //!   not start last and hold its end.
 //!
+//! - With [`crate::Config::speed_aware`], agents have speeds (thousandths of
+//!   the nominal, learnt from their results) and a task goes to the agent
+//!   expected to finish it first: the fastest with a free token (least
+//!   loaded among those of about its speed). When only agents clearly slower
+//!   than the route's fastest have a token, a task whose expected finish on
+//!   a faster agent — after the wait for one of their tokens, estimated
+//!   from their rate of tasks and the tasks waiting ahead — is sooner waits
+//!   for it instead; a slow agent serves the cheapest waiting tasks first
+//!   and a fast one the dearest. A task so kept waiting is a task a faster
+//!   agent's next free token serves: every token given back serves its
+//!   routes, as below.
+//!
 //! The protocol that no task waits while a token is free — the one loom
 //! checks — is a Dekker pair: a submitter *pushes, counts itself in
 //! `queued`, fences, then looks for a token*; a releaser *gives the token
@@ -59,11 +71,13 @@ pub(crate) trait Ends<J: Job> {
 pub(crate) struct Router<J: Job> {
     pub(crate) routes: ShardedMap<ToolchainKey, Arc<Route<J>>>,
     max_queued: usize,
+    /// [`crate::Config::speed_aware`].
+    speed_aware: bool,
 }
 
 impl<J: Job> Router<J> {
-    pub(crate) fn new(max_queued: usize) -> Self {
-        Router { routes: ShardedMap::new(), max_queued }
+    pub(crate) fn new(max_queued: usize, speed_aware: bool) -> Self {
+        Router { routes: ShardedMap::new(), max_queued, speed_aware }
     }
 
     /// Attaches an agent to the route for `toolchain`, creating the route.
@@ -81,6 +95,7 @@ impl<J: Job> Router<J> {
                 if route.description.load().is_none() {
                     route.description.update(|_| Some(toolchain.clone()));
                 }
+                route.fastest.fetch_max(agent.speed.load(Ordering::Relaxed), Ordering::Relaxed);
                 route.clone()
             },
         )
@@ -95,7 +110,14 @@ impl<J: Job> Router<J> {
                 r.agents.update(|list| list.iter().filter(|a| !Arc::ptr_eq(a, agent)).cloned().collect());
             },
         );
+        self.speed_changed(route);
         self.routes.remove_if(&route.key, |r| r.is_unused());
+    }
+
+    /// An agent of `route` changed speed, or left: its fastest is looked up again.
+    pub(crate) fn speed_changed(&self, route: &Route<J>) {
+        let fastest = route.agents.load().iter().map(|a| a.speed.load(Ordering::Relaxed)).max().unwrap_or(0);
+        route.fastest.store(fastest, Ordering::Relaxed);
     }
 
     /// Gives a consumerd a lane on the route for `toolchain`.
@@ -168,13 +190,19 @@ impl<J: Job> Router<J> {
         // No clone of the route's Arc on this path: its count is shared by
         // every thread placing on it.
         let agents = task.route.agents.load();
-        if let Some(agent) = pick_agent(&task.route, &agents) {
-            if self.try_assign(agent, task).is_err() {
-                // The task ended meanwhile; the token we took is free again.
+        if let Some(agent) = pick_agent(&task.route, &agents, self.speed_aware, 0) {
+            let room = task.route.queued() < self.max_queued;
+            if room && self.speed_aware && sooner_elsewhere(&task, agent, &task.route, &agents) {
+                // Placed below, by a faster agent's token (or waits for one).
                 agent.tokens.release();
-                self.serve_routes_of(agent, ends);
+            } else {
+                if self.try_assign(agent, task).is_err() {
+                    // The task ended meanwhile; the token we took is free again.
+                    agent.tokens.release();
+                    self.serve_routes_of(agent, ends);
+                }
+                return;
             }
-            return;
         }
         let no_agents = agents.is_empty();
         drop(agents);
@@ -217,6 +245,13 @@ impl<J: Job> Router<J> {
         if s.phase != Phase::Queued || !task.transition(s, State::assigned(agent.id.0, s.attempt)) {
             return Err(task);
         }
+        if self.speed_aware {
+            // A moving average (1/16 a task); a racing update may be lost, and
+            // that only makes it a little staler.
+            let cost = J::expected_micros(&task.body).unwrap_or(1_000_000);
+            let typical = agent.typical_cost.load(Ordering::Relaxed);
+            agent.typical_cost.store(typical - typical / 16 + cost / 16, Ordering::Relaxed);
+        }
         agent.outbox.push(AgentEvent::Assign(task));
         Ok(())
     }
@@ -225,6 +260,9 @@ impl<J: Job> Router<J> {
     /// free tokens. Called after every push to a lane, every token given
     /// back and every agent that joins or leaves.
     pub(crate) fn dispatch(&self, route: &Route<J>, ends: &impl Ends<J>) {
+        // After an agent declined (each task was expected to finish sooner
+        // elsewhere): only agents clearly faster than it, so the loop ends.
+        let mut above = 0;
         'outer: loop {
             // Pairs with the fence in `enqueue`: whatever the caller just did
             // (gave a token back, removed an agent, pushed a task) is ordered
@@ -241,13 +279,24 @@ impl<J: Job> Router<J> {
                 }
                 return;
             }
-            let Some(agent) = pick_agent(route, &agents) else {
+            let Some(agent) = pick_agent(route, &agents, self.speed_aware, above) else {
                 return;
             };
+            let speed = agent.speed.load(Ordering::Relaxed);
+            let slow = self.speed_aware && clearly_faster(route.fastest.load(Ordering::Relaxed), speed);
             // We hold a token on `agent`: spend it on the next live task.
             loop {
-                match pop(route) {
+                match pop(route, slow) {
                     Some(task) => {
+                        if slow && sooner_elsewhere(&task, agent, route, &agents) {
+                            // The cheapest is better off waiting for a faster
+                            // agent, so is every other: put it back (counted in
+                            // and fenced, as any push) and look for one.
+                            agent.tokens.release();
+                            self.enqueue(route, task, ends);
+                            above = speed;
+                            continue 'outer;
+                        }
                         if self.try_assign(agent, task).is_ok() {
                             continue 'outer;
                         }
@@ -294,7 +343,7 @@ impl<J: Job> Router<J> {
 
 /// Takes the next waiting task, round-robin across lanes. Tasks that
 /// ended while they waited (cancelled) are dropped on the way.
-fn pop<J: Job>(route: &Route<J>) -> Option<Arc<Task<J>>> {
+fn pop<J: Job>(route: &Route<J>, cheapest: bool) -> Option<Arc<Task<J>>> {
     let lanes = route.lanes.load();
     let n = lanes.len();
     if n == 0 {
@@ -304,7 +353,8 @@ fn pop<J: Job>(route: &Route<J>) -> Option<Arc<Task<J>>> {
     let mut i = 0;
     while i < n {
         let lane = &lanes[(start + i) % n];
-        match lane.queue.pop() {
+        let popped = if cheapest { lane.queue.pop_cheapest() } else { lane.queue.pop() };
+        match popped {
             Some(task) => {
                 route.queued.fetch_sub(1, Ordering::SeqCst);
                 if task.state().phase == Phase::Queued {
@@ -318,8 +368,62 @@ fn pop<J: Job>(route: &Route<J>) -> Option<Arc<Task<J>>> {
     None
 }
 
-/// The least loaded agent with a free token, with that token taken.
-fn pick_agent<'a, J: Job>(route: &Route<J>, agents: &'a [Arc<AgentEntry<J>>]) -> Option<&'a Arc<AgentEntry<J>>> {
+/// Whether speed `a` is clearly above `b` (by more than a quarter): speeds
+/// learnt from results wander, and agents of about one speed are placed on
+/// by load alone.
+fn clearly_faster(a: u32, b: u32) -> bool {
+    u64::from(a) * 4 > u64::from(b) * 5
+}
+
+/// Whether `task` is expected to finish sooner on an agent clearly faster
+/// than `agent` (which holds a token for it) than on `agent` now: one of
+/// them has a free token, or the wait for their next one — the tasks
+/// waiting on the route, plus this one, at their rate of tasks (Σ tokens ×
+/// speed ÷ typical cost) — plus its cost at their best speed is less than
+/// its cost at `agent`'s.
+fn sooner_elsewhere<J: Job>(
+    task: &Task<J>,
+    agent: &AgentEntry<J>,
+    route: &Route<J>,
+    agents: &[Arc<AgentEntry<J>>],
+) -> bool {
+    let here_speed = agent.speed.load(Ordering::Relaxed);
+    if !clearly_faster(route.fastest.load(Ordering::Relaxed), here_speed) {
+        return false;
+    }
+    let cost = J::expected_micros(&task.body).unwrap_or(1_000_000) as f64;
+    // Tasks per microsecond the faster agents end, and their best speed.
+    let (mut rate, mut best) = (0.0f64, 0u32);
+    for other in agents {
+        let speed = other.speed.load(Ordering::Relaxed);
+        if !clearly_faster(speed, here_speed) {
+            continue;
+        }
+        let (_, limit, free) = other.tokens.load();
+        if free {
+            return true;
+        }
+        let typical = other.typical_cost.load(Ordering::Relaxed).max(1) as f64;
+        rate += f64::from(limit) * f64::from(speed) / 1000.0 / typical;
+        best = best.max(speed);
+    }
+    if best == 0 || rate <= 0.0 {
+        return false;
+    }
+    let wait = (route.queued() as f64 + 1.0) / rate;
+    wait + cost * 1000.0 / f64::from(best) < cost * 1000.0 / f64::from(here_speed)
+}
+
+/// The agent with a free token expected to finish a task first — the least
+/// loaded, or with `by_speed` the fastest (then the least loaded among
+/// those of about its speed) — with that token taken; only agents clearly
+/// faster than `above` when it is not 0.
+fn pick_agent<'a, J: Job>(
+    route: &Route<J>,
+    agents: &'a [Arc<AgentEntry<J>>],
+    by_speed: bool,
+    above: u32,
+) -> Option<&'a Arc<AgentEntry<J>>> {
     let n = agents.len();
     if n == 0 {
         return None;
@@ -327,15 +431,20 @@ fn pick_agent<'a, J: Job>(route: &Route<J>, agents: &'a [Arc<AgentEntry<J>>]) ->
     let (mut start, mut width) =
         if n <= WINDOW { (0, n) } else { (route.window.fetch_add(1, Ordering::Relaxed) % n, WINDOW) };
     loop {
-        let mut best: Option<(usize, u32, u32)> = None;
+        let mut best: Option<(usize, u32, u32, u32)> = None;
         let mut idx = start;
         for _ in 0..width {
             let (in_use, limit, free) = agents[idx].tokens.load();
-            // in_use/limit < best_in_use/best_limit, without division.
-            if free
-                && best.is_none_or(|(_, bu, bl)| u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
-            {
-                best = Some((idx, in_use, limit));
+            let speed = if by_speed { agents[idx].speed.load(Ordering::Relaxed) } else { 0 };
+            let better = |&(_, bu, bl, bs): &(usize, u32, u32, u32)| {
+                if clearly_faster(speed, bs) {
+                    return true;
+                }
+                // in_use/limit < best_in_use/best_limit, without division.
+                !clearly_faster(bs, speed) && u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit)
+            };
+            if free && (above == 0 || clearly_faster(speed, above)) && best.as_ref().is_none_or(better) {
+                best = Some((idx, in_use, limit, speed));
             }
             idx += 1;
             if idx == n {
@@ -343,7 +452,7 @@ fn pick_agent<'a, J: Job>(route: &Route<J>, agents: &'a [Arc<AgentEntry<J>>]) ->
             }
         }
         match best {
-            Some((idx, in_use, limit)) => {
+            Some((idx, in_use, limit, _)) => {
                 if agents[idx].tokens.try_acquire() {
                     if in_use + 1 >= limit {
                         agents[idx].full_seen.store(true, Ordering::Relaxed);

@@ -114,6 +114,7 @@ impl<J: Job> Scheduler<J> {
                 lost: a.counters.lost.get(),
                 waiting: a.routes.load().iter().map(|r| r.queued()).sum(),
                 tasks_started: a.tasks_started.load(Ordering::Relaxed),
+                speed: a.speed.load(Ordering::Relaxed),
             })
             .collect();
         out.sort_by_key(|a| a.id);

@@ -25,7 +25,8 @@ use crate::lifecycle::Core;
 use crate::outbox::Outbox;
 use crate::records::{
     cost_class, AgentEntry, AgentEvent, AgentId, Answer, AnswerKind, CompleteError, ConsumerdEntry, ConsumerdId,
-    Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, SAMPLE_RING,
+    Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, MAX_SPEED, MIN_SPEED,
+    NOMINAL_SPEED, SAMPLE_RING,
 };
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
@@ -71,6 +72,8 @@ impl<J: Job> AgentSession<J> {
             full_seen: AtomicBool::new(false),
             reserved: AtomicU32::new(reserved),
             tasks_started: AtomicU64::new(0),
+            speed: AtomicU32::new(NOMINAL_SPEED),
+            typical_cost: AtomicU64::new(1_000_000),
         });
         core.agents.insert(id, entry.clone());
         let mut session =
@@ -224,6 +227,28 @@ impl<J: Job> AgentSession<J> {
             self.core.router.dispatch(route, &*self.core);
         }
         self.core.router.serve_routes_of(&self.entry, &*self.core);
+    }
+
+    /// The agent's speed, thousandths of the nominal (its expected cost ÷
+    /// the time it took; clamped to 50..=20,000). With
+    /// [`crate::Config::speed_aware`], placement prefers faster agents and
+    /// may keep a long task waiting for one; a change serves its routes'
+    /// waiting tasks again.
+    pub fn set_speed(&self, milli: u32) {
+        let milli = milli.clamp(MIN_SPEED, MAX_SPEED);
+        let old = self.entry.speed.swap(milli, Ordering::Relaxed);
+        if old == milli {
+            return;
+        }
+        for route in &self.routes {
+            self.core.router.speed_changed(route);
+        }
+        self.core.router.serve_routes(&self.routes, &*self.core);
+    }
+
+    /// The agent's speed in thousandths ([`AgentSession::set_speed`]).
+    pub fn speed(&self) -> u32 {
+        self.entry.speed.load(Ordering::Relaxed)
     }
 
     /// The agent's own maximum changed (`--jobs`). The token limit follows
@@ -385,7 +410,8 @@ impl<J: Job> ConsumerdSession<J> {
         };
         let id = TaskId(u64::from(self.entry.id.0) << 32 | u64::from(self.next_seq));
         self.next_seq = self.next_seq.wrapping_add(1);
-        let class = if self.core.config.longest_first { cost_class(J::expected_micros(&body)) } else { 0 };
+        let ranked = self.core.config.longest_first || self.core.config.speed_aware;
+        let class = if ranked { cost_class(J::expected_micros(&body)) } else { 0 };
         let task = Arc::new(Task::new(id, client_id, body, route.clone(), lane.clone(), self.entry.clone(), class));
         self.tasks.insert(client_id, task.clone());
         self.entry.counters.submitted.bump();

@@ -49,6 +49,8 @@ pub struct AgentSnapshot {
     pub waiting: usize,
     /// Compiles it says it started since it started (its last CPU sample).
     pub tasks_started: u64,
+    /// Its speed, thousandths of the nominal (learnt or pinned).
+    pub speed: u32,
 }
 
 /// One consumerd, for status pages and the optimizer.

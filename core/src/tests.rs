@@ -923,3 +923,121 @@ fn unclaimed_reservations_come_back_and_adoption_needs_one() {
     held.proceed();
     assert_eq!(assigned(&mut agent).len(), 1, "placed like any task");
 }
+
+/// Assignments an agent received, by cost.
+fn costs_to(a: &mut AgentSession<CostedJob>) -> Vec<(TaskId, u64)> {
+    let mut out = vec![];
+    while let Some(d) = a.poll() {
+        if let Dispatch::Assign(t) = d {
+            out.push((t.id(), *t.body()));
+        }
+    }
+    out
+}
+
+fn speed_aware() -> Scheduler<CostedJob> {
+    Scheduler::new(Config { speed_aware: true, ..Config::default() })
+}
+
+#[test]
+fn speed_aware_placement_takes_the_fastest_free_agent_before_the_least_loaded() {
+    let s = speed_aware();
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 4);
+    slow.set_speed(400);
+    fast.set_speed(1000);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..4 {
+        cd.submit(id, tc("gcc").key(), 10 * MS).unwrap();
+    }
+    assert_eq!(costs_to(&mut fast).len(), 4, "every one to the fast agent while it has tokens");
+    assert!(costs_to(&mut slow).is_empty());
+    // Agents of about one speed (within a quarter) are placed on by load.
+    let s = speed_aware();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut b = s.connect_agent(peer(2), &[tc("gcc")], 4);
+    a.set_speed(1000);
+    b.set_speed(1100);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for id in 0..4 {
+        cd.submit(id, tc("gcc").key(), 10 * MS).unwrap();
+    }
+    assert_eq!((costs_to(&mut a).len(), costs_to(&mut b).len()), (2, 2));
+}
+
+#[test]
+fn a_long_unit_waits_for_a_fast_agent_and_a_short_one_takes_the_slow_agent() {
+    let s = speed_aware();
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 2);
+    slow.set_speed(250);
+    fast.set_speed(1000);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    // The fast agent's two tokens: two units of 100 ms.
+    cd.submit(0, tc("gcc").key(), 100 * MS).unwrap();
+    cd.submit(1, tc("gcc").key(), 100 * MS).unwrap();
+    let on_fast = costs_to(&mut fast);
+    assert_eq!(on_fast.len(), 2);
+    // An 8 s unit: 32 s on the slow agent; on the fast one after a wait of
+    // about 50 ms. It waits, though the slow agent has two free tokens.
+    cd.submit(2, tc("gcc").key(), 8000 * MS).unwrap();
+    assert!(costs_to(&mut slow).is_empty(), "the long unit went to the slow agent");
+    assert_eq!(s.routes()[0].queued, 1);
+    // A 10 ms unit: 40 ms on the slow agent now beats waiting.
+    cd.submit(3, tc("gcc").key(), 10 * MS).unwrap();
+    assert_eq!(costs_to(&mut slow).iter().map(|t| t.1).collect::<Vec<_>>(), [10 * MS]);
+    // The fast agent's next free token takes the long unit.
+    fast.complete(on_fast[0].0, true).unwrap();
+    assert_eq!(costs_to(&mut fast).iter().map(|t| t.1).collect::<Vec<_>>(), [8000 * MS]);
+    assert_eq!(s.routes()[0].queued, 0);
+    // The same farm without speed-aware placement: the long unit starts on the slow agent.
+    let s = Scheduler::<CostedJob>::new(Config::default());
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 2);
+    slow.set_speed(250);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    for (id, cost) in [100 * MS, 100 * MS, 8000 * MS].into_iter().enumerate() {
+        cd.submit(id as u64, tc("gcc").key(), cost).unwrap();
+    }
+    let placed: Vec<u64> = costs_to(&mut slow).into_iter().chain(costs_to(&mut fast)).map(|t| t.1).collect();
+    assert_eq!(placed.len(), 3, "nothing waits with the policy off");
+}
+
+#[test]
+fn a_slow_agent_takes_the_cheapest_waiting_unit_and_a_long_wait_lets_it_take_a_long_one() {
+    let s = speed_aware();
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    fast.set_speed(1000);
+    slow.set_speed(500);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(0, tc("gcc").key(), 500 * MS).unwrap();
+    let first = costs_to(&mut fast);
+    assert_eq!(first.len(), 1);
+    // A long unit: 8 s on the slow agent, about 5 on the fast one once its
+    // token is back. It waits.
+    cd.submit(1, tc("gcc").key(), 4000 * MS).unwrap();
+    assert!(costs_to(&mut slow).is_empty());
+    // A short one behind it takes the slow agent.
+    cd.submit(2, tc("gcc").key(), 20 * MS).unwrap();
+    let short = costs_to(&mut slow);
+    assert_eq!(short.iter().map(|t| t.1).collect::<Vec<_>>(), [20 * MS]);
+    // The slow agent's token comes back: the long unit still waits.
+    slow.complete(short[0].0, true).unwrap();
+    assert!(costs_to(&mut slow).is_empty());
+    assert_eq!(s.routes()[0].queued, 1);
+    // The fast agent turns out slow (a tenth): the long unit is now better
+    // off on the agent that was slow, and goes there.
+    fast.set_speed(100);
+    let long = costs_to(&mut slow);
+    assert_eq!(long.iter().map(|t| t.1).collect::<Vec<_>>(), [4000 * MS]);
+    fast.complete(first[0].0, true).unwrap();
+    slow.complete(long[0].0, true).unwrap();
+    assert_eq!(s.routes()[0].queued, 0);
+    assert_eq!(answers_costed(&mut cd), 3);
+    assert!(s.agents().iter().all(|a| a.tokens_in_use == 0));
+}
+
+fn answers_costed(c: &mut ConsumerdSession<CostedJob>) -> usize {
+    std::iter::from_fn(|| c.poll_answer()).count()
+}

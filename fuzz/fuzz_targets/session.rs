@@ -1,6 +1,7 @@
 //! A session of arbitrary operations on the scheduler core — submits,
 //! cancels, agent results (right, wrong and repeated), agents and consumerds
-//! leaving and coming back, limits moving, toolchains changing — then every
+//! leaving and coming back, limits moving, toolchains changing, agents'
+//! speeds changing (with speed-aware placement on or off) — then every
 //! agent finishes what it holds. Checked: no panic; every task answered
 //! at most once, and exactly once unless it was cancelled or its consumerd
 //! left; no token held and no task waiting at the end; no token given back
@@ -61,9 +62,10 @@ fn poll(agent: &mut Agent) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    // The first byte's low bit turns longest-first on.
+    // The first byte's low bit turns longest-first on, the next speed-aware placement.
     let longest_first = data.first().is_some_and(|b| b & 1 == 1);
-    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first });
+    let speed_aware = data.first().is_some_and(|b| b & 2 == 2);
+    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first, speed_aware });
     let both = [tc(0), tc(1)];
     let mut cds: Vec<Cd> = (0..2)
         .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: HashSet::new() })
@@ -75,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
         let (a, b) = (op[0], op.get(1).copied().unwrap_or(0));
         let ci = usize::from(b % 2);
         let ai = usize::from(b % 3);
-        match a % 9 {
+        match a % 10 {
             0 => {
                 let id = next_id;
                 next_id += 1;
@@ -115,7 +117,9 @@ fuzz_target!(|data: &[u8]| {
                 let pick: Vec<Toolchain> = both.iter().enumerate().filter(|(i, _)| b >> (i + 2) & 1 == 1).map(|(_, t)| t.clone()).collect();
                 agents[ai].session.set_toolchains(&pick);
             }
-            _ => drain(&mut cds[ci]),
+            8 => drain(&mut cds[ci]),
+            // Speeds from 0 (clamped to the slowest) to 10.2 times the nominal.
+            _ => agents[ai].session.set_speed(u32::from(b) * 40),
         }
     }
     // Every agent finishes what it holds, until nothing moves.

@@ -312,6 +312,43 @@ fn a_dear_task_pushed_while_a_pop_scans_the_classes_is_not_stranded() {
     });
 }
 
+/// Speed-aware placement: a dear task that only a slow agent could take
+/// waits for the fast agent, while the fast agent gives its token back. A
+/// task put back by a slow agent is counted in and fenced like any push, so
+/// the fast agent's token is not left free with the task waiting.
+#[test]
+fn a_task_kept_for_a_fast_agent_is_not_stranded_when_its_token_comes_back() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config { speed_aware: true, ..Config::default() });
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut fast = s.connect_agent(peer(2), &[tc()], 1);
+        let mut slow = s.connect_agent(peer(3), &[tc()], 1);
+        slow.set_speed(200);
+        cd.submit(1, tc().key(), 1).unwrap();
+        let Some(Dispatch::Assign(t)) = fast.poll() else { panic!("not assigned to the fast agent") };
+        let first = t.id();
+        drop(t);
+        let a = thread::spawn(move || {
+            fast.complete(first, true).unwrap();
+            fast
+        });
+        let c = thread::spawn(move || {
+            // 10 s: 50 s on the slow agent, far less after the fast one's wait.
+            cd.submit(3, tc().key(), 3).unwrap();
+            cd
+        });
+        let mut fast = a.join().unwrap();
+        let cd = c.join().unwrap();
+        assert!(slow.poll().is_none(), "the dear task went to the slow agent");
+        match fast.poll() {
+            Some(Dispatch::Assign(t)) => assert_eq!(*t.body(), 3),
+            other => panic!("the dear task was stranded with the fast agent's token free: {other:?}"),
+        }
+        assert_eq!(s.routes()[0].queued, 0);
+        drop((fast, slow, cd));
+    });
+}
+
 /// (c) Two agents of one route give tokens back while two tasks arrive.
 #[test]
 fn two_agents_and_two_submits_leave_nothing_waiting() {

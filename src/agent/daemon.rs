@@ -43,6 +43,9 @@ pub struct AgentConfig {
     pub transport: TransportOptions,
     /// The most compiles at once (`--jobs`; default: online CPUs).
     pub jobs: u32,
+    /// Its speed pinned for the scheduler's placement, thousandths of the
+    /// nominal (`--speed 2.5` is 2500); 0: the scheduler learns it.
+    pub speed_milli: u32,
     /// Compilers to offer besides those found in `PATH`.
     pub compilers: Vec<PathBuf>,
     /// Whether to look in `PATH` for gcc, g++, cc, c++, clang, clang++.
@@ -130,6 +133,7 @@ impl AgentConfig {
             identity,
             transport: TransportOptions::default(),
             jobs: crate::host::online_cpus(),
+            speed_milli: 0,
             compilers: Vec::new(),
             discover: true,
             test_toolchain: false,
@@ -374,6 +378,7 @@ async fn connect(
         system: net::system_info(),
         toolchains: toolchains.to_vec(),
         usage_limit: config.jobs,
+        speed_milli: config.speed_milli,
         shipping: shipping.clone(),
         resumed,
     };

@@ -11,6 +11,7 @@
 //! socket = "/run/user/1000/ccroute/consumerd.sock"
 //! local_jobs = 8                # the consumerd
 //! jobs = 32                     # an agent
+//! speed = 2.5                   # an agent: pinned for placement (default: learnt)
 //! cache_dir = "/var/cache/ccroute"
 //! ```
 
@@ -116,6 +117,11 @@ pub struct SchedulerArgs {
     /// cost model) instead of first come, first served.
     #[arg(long)]
     pub longest_first: bool,
+    /// Place by agent speed (learnt from results, or pinned with an agent's
+    /// --speed): each task to the agent expected to finish it first; a long
+    /// unit may wait for a fast agent rather than start on a slow one.
+    #[arg(long)]
+    pub speed_aware: bool,
     /// Seconds a silent peer has before it counts as lost.
     #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
     pub idle_timeout: f64,
@@ -153,6 +159,11 @@ pub struct AgentArgs {
     /// Compiles at once at most (default: online CPUs).
     #[arg(long, short = 'j', env = "CCROUTE_JOBS")]
     pub jobs: Option<u32>,
+    /// This host's speed for the scheduler's placement, relative to a
+    /// nominal host (2.5: compiles in 40 % of the time); default: the
+    /// scheduler learns it from this agent's results.
+    #[arg(long, env = "CCROUTE_SPEED")]
+    pub speed: Option<f64>,
     /// A compiler to offer besides those found in PATH (repeatable).
     #[arg(long = "compiler")]
     pub compilers: Vec<PathBuf>,
@@ -338,6 +349,8 @@ pub struct FileConfig {
     pub local_jobs: Option<u32>,
     /// See the module doc.
     pub jobs: Option<u32>,
+    /// See the module doc.
+    pub speed: Option<f64>,
     /// See the module doc.
     pub cache_dir: Option<PathBuf>,
 }

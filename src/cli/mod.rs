@@ -204,6 +204,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         ..TransportOptions::default()
     };
     config.core.longest_first = a.longest_first;
+    config.core.speed_aware = a.speed_aware;
     if a.no_optimizer {
         if let Some(o) = config.optimizer.as_mut() {
             o.tune_agents = false;
@@ -242,6 +243,11 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
     );
     config.wait_for_certificates = a.wait_for_certificates.then_some(tls_dir);
     config.jobs = jobs;
+    config.speed_milli = match a.speed.or(file.speed) {
+        None => 0,
+        Some(x) if x.is_finite() && (0.05..=20.0).contains(&x) => (x * 1000.0).round() as u32,
+        Some(x) => return Err(format!("--speed {x}: give a speed from 0.05 to 20 (1 is a nominal host)").into()),
+    };
     config.compilers = a.compilers;
     config.discover = !a.no_discover;
     config.test_toolchain = a.test_toolchain;

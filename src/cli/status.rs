@@ -68,6 +68,7 @@ impl AdminLink {
                 system: net::system_info(),
                 toolchains: vec![],
                 usage_limit: 0,
+                speed_milli: 0,
                 shipping: ccroute_wire::Shipping::Off,
                 resumed: Vec::new(),
             },
@@ -196,17 +197,28 @@ pub fn render(r: &StatusReport) -> String {
     let _ = writeln!(out, "\nagents");
     let _ = writeln!(
         out,
-        "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>5}  {:>9}  {:<24}  LAST DECISION",
-        "NODE", "HOST", "TOKENS", "LIMIT/MAX", "ASSIGNED", "DONE", "FAILED", "CPU", "THROTTLED", "SHIPPED TOOLCHAINS"
+        "  {:<8}  {:<16}  {:>6}  {:>9}  {:>5}  {:>8}  {:>8}  {:>6}  {:>5}  {:>9}  {:<24}  LAST DECISION",
+        "NODE",
+        "HOST",
+        "TOKENS",
+        "LIMIT/MAX",
+        "SPEED",
+        "ASSIGNED",
+        "DONE",
+        "FAILED",
+        "CPU",
+        "THROTTLED",
+        "SHIPPED TOOLCHAINS"
     );
     for a in &r.agents {
         let _ = writeln!(
             out,
-            "  {:<8}  {:<16}  {:>6}  {:>9}  {:>8}  {:>8}  {:>6}  {:>4.0}%  {:>8.0}%  {:<24}  {}",
+            "  {:<8}  {:<16}  {:>6}  {:>9}  {:>5.2}  {:>8}  {:>8}  {:>6}  {:>4.0}%  {:>8.0}%  {:<24}  {}",
             short(a.node_id),
             a.host_name,
             a.tokens_in_use,
             format!("{}/{}", a.token_limit, a.max_limit),
+            f64::from(a.speed_milli) / 1000.0,
             a.assigned,
             a.completed,
             a.failed,

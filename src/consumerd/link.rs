@@ -518,6 +518,7 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
         system: net::system_info(),
         toolchains,
         usage_limit: 0,
+        speed_milli: 0,
         shipping: ccroute_wire::Shipping::Off,
         resumed: Vec::new(),
     };

@@ -64,6 +64,7 @@ fn hello(role: Role, version: u32) -> Hello {
             system: SystemInfo { arch: "x86_64".into(), cpus: 2, memory_bytes: 1 << 30 },
             toolchains: vec![],
             usage_limit: 0,
+            speed_milli: 0,
             shipping: ccroute_wire::Shipping::Off,
             resumed: Vec::new(),
         },

@@ -83,6 +83,7 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                     last_decision: d.map(|d| d.reason.clone()).unwrap_or_default(),
                     shipping: state.shipping.agent_state(a.node_id),
                     tasks_started: a.tasks_started,
+                    speed_milli: a.speed,
                 }
             })
             .collect(),

@@ -56,7 +56,13 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             return;
         }
     };
-    tracing::info!(toolchains = hello.body.toolchains.len(), limit = session.token_limit(), "agent joined");
+    let mut speed = Speed::new(hello.body.speed_milli, &session);
+    tracing::info!(
+        toolchains = hello.body.toolchains.len(),
+        limit = session.token_limit(),
+        speed = hello.body.speed_milli,
+        "agent joined"
+    );
     if !resumed.is_empty() {
         tracing::info!(tasks = resumed.len(), "the agent still holds tasks from an earlier scheduler");
         state.resumes.announce(session.id(), &resumed);
@@ -97,7 +103,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             let why = format!("its object stopped arriving from the agent (not whole within {after:?})");
                             let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
                             let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
-                            if let Err(why) = on_frame((&state, &hello.body.host_name), &mut session, &mut dispatched, frame, Ticket::Plain) {
+                            if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
                                 break Err(why);
                             }
                         }
@@ -117,7 +123,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             continue;
                         }
                     }
-                    if let Err(why) = on_frame((&state, &hello.body.host_name), &mut session, &mut dispatched, frame, ticket) {
+                    if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, ticket) {
                         break Err(why);
                     }
                 }
@@ -194,9 +200,50 @@ struct Flight {
     expected: Option<super::cost::Expected>,
 }
 
+/// An agent's speed: pinned by its configuration, or learnt from its
+/// results (what each was expected to cost ÷ the time it took), and given
+/// to the core for placement ([`AgentSession::set_speed`]).
+struct Speed {
+    pinned: bool,
+    /// The learnt speed's logarithm, a moving average.
+    ln: f64,
+    /// What the core was last given, thousandths.
+    given: u32,
+}
+
+impl Speed {
+    /// Weight of one result in the moving average.
+    const WEIGHT: f64 = 1.0 / 16.0;
+
+    fn new(pinned_milli: u32, session: &AgentSession<NetJob>) -> Speed {
+        if pinned_milli > 0 {
+            session.set_speed(pinned_milli);
+        }
+        let given = session.speed();
+        Speed { pinned: pinned_milli > 0, ln: (f64::from(given) / 1000.0).ln(), given }
+    }
+
+    /// Learns from one unit expected to cost `expected_us` at speed 1 that
+    /// took `took` here; returns the speed (to express `took` at speed 1).
+    fn observe(&mut self, expected_us: u64, took: Duration, session: &AgentSession<NetJob>) -> f64 {
+        let took_us = took.as_micros() as f64;
+        if !self.pinned && expected_us > 0 && took_us > 0.0 {
+            let sample = (expected_us as f64 / took_us).clamp(0.05, 20.0);
+            self.ln += (sample.ln() - self.ln) * Self::WEIGHT;
+            let milli = (self.ln.exp() * 1000.0).round() as u32;
+            // Only changes of more than 3 % are worth a new look at the routes.
+            if milli.abs_diff(self.given) * 32 > self.given {
+                session.set_speed(milli);
+                self.given = session.speed();
+            }
+        }
+        f64::from(self.given) / 1000.0
+    }
+}
+
 /// One frame from the agent. `Err` is a protocol violation.
 fn on_frame(
-    (state, agent_name): (&ServerState, &str),
+    (state, agent_name, speed): (&ServerState, &str, &mut Speed),
     session: &mut AgentSession<NetJob>,
     dispatched: &mut HashMap<u64, Flight>,
     frame: Frame,
@@ -214,7 +261,10 @@ fn on_frame(
                 let agent_time =
                     Duration::from_micros(if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us });
                 if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
-                    state.costs.took(e, agent_time);
+                    // The model keeps costs at speed 1: a fast agent's time is
+                    // longer there, a slow one's shorter.
+                    let speed = speed.observe(e.prediction.micros, agent_time, session);
+                    state.costs.took(e, agent_time.mul_f64(speed));
                 }
                 if let Some(web) = &state.web {
                     web.stopped(header.task_id);

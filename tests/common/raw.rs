@@ -59,6 +59,7 @@ impl RawConsumerd {
                 system,
                 toolchains,
                 usage_limit: 0,
+                speed_milli: 0,
                 shipping: ccroute_wire::Shipping::Off,
                 resumed: Vec::new(),
             },

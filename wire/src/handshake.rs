@@ -23,7 +23,7 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// The oldest peer version this build talks to.
 pub const MIN_COMPATIBLE_VERSION: u32 = 5;
 /// Largest handshake frame.
@@ -89,6 +89,10 @@ pub struct HelloBody {
     pub toolchains: Vec<Toolchain>,
     /// Agents: the most tasks they run at once (`--jobs`). Others: 0.
     pub usage_limit: u32,
+    /// Agents: their speed as pinned in their configuration (`--speed`),
+    /// thousandths of the nominal; 0: the scheduler learns it from their
+    /// results. Others: 0.
+    pub speed_milli: u32,
     /// Agents: whether they run toolchains shipped to them. Others: `Off`.
     pub shipping: Shipping,
     /// Agents: the tasks they still run, or have finished, for a scheduler
@@ -358,6 +362,7 @@ mod tests {
                 system: SystemInfo { arch: "x86_64".into(), cpus: 64, memory_bytes: 1 << 37 },
                 toolchains: vec![],
                 usage_limit: 64,
+                speed_milli: 1500,
                 shipping: Shipping::Ready("bubblewrap 0.8.0".into()),
                 resumed: vec![crate::message::ResumedTask {
                     handle: 1 << 63 | 4,

@@ -535,6 +535,9 @@ pub struct AgentStatus {
     /// Compiles it started since it started (from its CPU samples): unlike
     /// `completed`, counted across its connections to any scheduler.
     pub tasks_started: u64,
+    /// Its speed for placement, thousandths of the nominal: pinned by its
+    /// configuration or learnt from its results.
+    pub speed_milli: u32,
 }
 
 /// One consumerd in a [`StatusReport`].

@@ -351,6 +351,7 @@ mod tests {
             online_cpus: 8,
             tasks_running: 3,
             tasks_started: 0,
+            speed: 1000,
         }
     }
 
