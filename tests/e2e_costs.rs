@@ -73,3 +73,49 @@ fn the_cost_model_learns_units_keeps_them_across_a_restart_and_predicts_from_his
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("cost model: {completed} units")), "{text}");
 }
+
+/// Agents' speeds: one pinned (`--speed 2.5`) keeps it; the other's is learnt
+/// from its results (units whose history the pinned agent wrote count 2.5 times
+/// its own time, so it is learnt fast), kept by host name beside the cost
+/// model, and given back to it by a restarted scheduler before any task.
+#[test]
+fn agents_speeds_are_pinned_or_learnt_and_kept_across_a_restart() {
+    let mut c = Cluster::new();
+    let dir = c.dir.path().join("cache");
+    let dir_s = dir.display().to_string();
+    let sched = ["--no-cache", "--no-optimizer", "--cache-dir", dir_s.as_str()];
+    let addr = c.start_scheduler(&sched);
+    c.start_agent(&["--jobs", "4", "--name", "pinned-agent", "--speed", "2.5"]);
+    c.start_agent(&["--jobs", "4", "--name", "learning-agent"]);
+    c.start_consumerd_with(1, true, &["--remote-only", "--no-local-cache"]);
+    c.wait_ready(2);
+    let speed = |s: &serde_json::Value, host: &str| {
+        s["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["host_name"] == host)
+            .unwrap_or_else(|| panic!("no agent {host}: {s}"))["speed_milli"]
+            .as_u64()
+            .unwrap()
+    };
+    let out = c.dir.path().join("build");
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(&out);
+        build(&c, &out);
+    }
+    let s = c.status();
+    assert_eq!(speed(&s, "pinned-agent"), 2500, "a pinned speed is not learnt over");
+    let learnt = speed(&s, "learning-agent");
+    assert!(learnt > 1000, "nothing learnt of the other agent's speed: {}", s["agents"]);
+
+    c.scheduler.as_mut().unwrap().stop();
+    let kept = std::fs::read_to_string(dir.join("agent-speeds")).unwrap();
+    assert!(kept.lines().any(|l| l == format!("{learnt} learning-agent")), "{kept}");
+    c.start_scheduler_as("scheduler2", &addr.to_string(), &sched);
+    c.wait_ready(2);
+    let s = c.status();
+    assert_eq!(speed(&s, "learning-agent"), learnt, "the learnt speed was not given back");
+    assert_eq!(speed(&s, "pinned-agent"), 2500);
+    assert_eq!(s["totals"]["requests"].as_u64(), Some(0), "before any task");
+}

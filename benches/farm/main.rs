@@ -10,6 +10,9 @@
 //!                                          # the same farm with a placement policy on
 //! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
 //!                                          # each agent told its speed (--speed), not left to learn it
+//! FARM_COSTS=DIR cargo bench --bench farm -- mixed mixed
+//!                                          # the scheduler's cost model kept in DIR across runs:
+//!                                          # the second run knows the build's units (a farm's steady state)
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -618,6 +621,19 @@ impl Proc {
     }
 }
 
+/// SIGTERM, then up to `wait` for the process to exit (it is killed when
+/// dropped if it did not).
+fn stop_gracefully(p: &mut Proc, wait: Duration) {
+    let _ = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status();
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if matches!(p.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs `program args` in namespace `ns` (`ip netns exec` execs, so the
 /// child's pid is the program's), its output to `log`.
 fn spawn_in(ns: &str, program: &Path, args: &[String], log: &Path, piped: bool) -> Result<Proc, String> {
@@ -774,9 +790,11 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let mut procs: Vec<Proc> = Vec::new();
     let sched_addr = format!("{}:{SCHEDULER_PORT}", netns::HUB_IP);
     let tls_s = tls.to_string_lossy().into_owned();
-    // Its cost model starts empty in this run's own directory; extra flags
-    // (a policy turned off, say) come from FARM_SCHEDULER_FLAGS.
-    let cache_dir = w.join("cache").to_string_lossy().into_owned();
+    // Its cost model starts empty in this run's own directory, or is kept
+    // across runs in FARM_COSTS; extra flags (a policy turned off, say) come
+    // from FARM_SCHEDULER_FLAGS.
+    let kept_costs = std::env::var_os("FARM_COSTS").map(PathBuf::from);
+    let cache_dir = kept_costs.clone().unwrap_or_else(|| w.join("cache")).to_string_lossy().into_owned();
     let mut scheduler_args: Vec<String> = [
         "scheduler",
         "--listen",
@@ -968,6 +986,10 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     drop(clients);
     drop(procs);
     drop(relay);
+    if kept_costs.is_some() {
+        // Stopped, not killed, so that it writes its cost model out.
+        stop_gracefully(&mut scheduler, Duration::from_secs(15));
+    }
     drop(scheduler);
     net.remove();
     drop(net);

@@ -56,7 +56,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             return;
         }
     };
-    let mut speed = Speed::new(hello.body.speed_milli, &session);
+    let mut speed = Speed::new(hello.body.speed_milli, state.costs.speed_of(&hello.body.host_name), &session);
     tracing::info!(
         toolchains = hello.body.toolchains.len(),
         limit = session.token_limit(),
@@ -215,17 +215,29 @@ impl Speed {
     /// Weight of one result in the moving average.
     const WEIGHT: f64 = 1.0 / 16.0;
 
-    fn new(pinned_milli: u32, session: &AgentSession<NetJob>) -> Speed {
+    /// Pinned when `pinned_milli` is not 0; else from what was learnt of
+    /// its host before (`known`), else nominal.
+    fn new(pinned_milli: u32, known: Option<u32>, session: &AgentSession<NetJob>) -> Speed {
         if pinned_milli > 0 {
             session.set_speed(pinned_milli);
+        } else if let Some(known) = known {
+            session.set_speed(known);
         }
         let given = session.speed();
         Speed { pinned: pinned_milli > 0, ln: (f64::from(given) / 1000.0).ln(), given }
     }
 
-    /// Learns from one unit expected to cost `expected_us` at speed 1 that
-    /// took `took` here; returns the speed (to express `took` at speed 1).
-    fn observe(&mut self, expected_us: u64, took: Duration, session: &AgentSession<NetJob>) -> f64 {
+    /// Learns from one unit expected to cost `expected_us` at speed 1 (0:
+    /// not known) that took `took` here; returns the speed (to express
+    /// `took` at speed 1).
+    /// A change is kept for `host` in `costs`.
+    fn observe(
+        &mut self,
+        expected_us: u64,
+        took: Duration,
+        session: &AgentSession<NetJob>,
+        (costs, host): (&super::cost::Costs, &str),
+    ) -> f64 {
         let took_us = took.as_micros() as f64;
         if !self.pinned && expected_us > 0 && took_us > 0.0 {
             let sample = (expected_us as f64 / took_us).clamp(0.05, 20.0);
@@ -235,6 +247,7 @@ impl Speed {
             if milli.abs_diff(self.given) * 32 > self.given {
                 session.set_speed(milli);
                 self.given = session.speed();
+                costs.learnt_speed(host, self.given);
             }
         }
         f64::from(self.given) / 1000.0
@@ -263,7 +276,12 @@ fn on_frame(
                 if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
                     // The model keeps costs at speed 1: a fast agent's time is
                     // longer there, a slow one's shorter.
-                    let speed = speed.observe(e.prediction.micros, agent_time, session);
+                    // A cold prediction says nothing of the agent's speed.
+                    let expected = match e.prediction.basis {
+                        ccroute_core::cost::Basis::Cold => 0,
+                        _ => e.prediction.micros,
+                    };
+                    let speed = speed.observe(expected, agent_time, session, (&state.costs, agent_name));
                     state.costs.took(e, agent_time.mul_f64(speed));
                 }
                 if let Some(web) = &state.web {

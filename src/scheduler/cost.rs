@@ -7,11 +7,17 @@
 //! starts, so a restarted scheduler knows the farm's units at once.
 //! Without a directory it lives in memory only.
 //!
+//! Agents' learnt speeds are kept the same way, by host name (`agent-speeds`
+//! beside the model, a line `SPEED HOST` each, thousandths of the nominal):
+//! an agent that comes back, or a restarted scheduler, places by its speed
+//! from its first task instead of learning it again.
+//!
 //! A unit is named across builds by its toolchain, its working directory,
 //! its source path as the consumerd reports it, and its arguments without
 //! the names of what it writes (`-o`, `-MF`, `-MT`, `-MQ`): the same
 //! command in the next build is the same unit, whatever its contents now.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -25,6 +31,12 @@ pub(crate) const SAVE_EVERY: Duration = Duration::from_secs(30);
 
 /// The file the model is kept in, in the cache's directory.
 const FILE: &str = "cost-model";
+
+/// The file agents' speeds are kept in, beside the model.
+const SPEEDS_FILE: &str = "agent-speeds";
+
+/// Hosts whose speeds are kept at most (the farm's agents, many times over).
+const SPEEDS_KEPT: usize = 16_384;
 
 /// What was expected of one task, carried until its result.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +54,8 @@ pub(crate) struct Costs {
     model: Mutex<CostModel>,
     file: Option<PathBuf>,
     dirty: AtomicBool,
+    /// Learnt speeds by host name, thousandths.
+    speeds: Mutex<HashMap<String, u32>>,
 }
 
 impl Costs {
@@ -69,7 +83,23 @@ impl Costs {
                 }
             },
         };
-        Costs { model: Mutex::new(model), file, dirty: AtomicBool::new(false) }
+        let speeds = file.as_ref().map(|f| read_speeds(&f.with_file_name(SPEEDS_FILE))).unwrap_or_default();
+        Costs { model: Mutex::new(model), file, dirty: AtomicBool::new(false), speeds: Mutex::new(speeds) }
+    }
+
+    /// The speed last learnt for `host`, thousandths.
+    pub(crate) fn speed_of(&self, host: &str) -> Option<u32> {
+        self.speeds.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(host).copied()
+    }
+
+    /// `host`'s speed was learnt to be `milli`.
+    pub(crate) fn learnt_speed(&self, host: &str, milli: u32) {
+        let mut speeds = self.speeds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if speeds.len() >= SPEEDS_KEPT && !speeds.contains_key(host) {
+            return;
+        }
+        speeds.insert(host.to_owned(), milli);
+        self.dirty.store(true, Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CostModel> {
@@ -107,17 +137,40 @@ impl Costs {
             return;
         }
         let bytes = self.lock().encode();
-        let tmp = file.with_extension("tmp");
-        let written = file
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&tmp, &bytes))
-            .and_then(|()| std::fs::rename(&tmp, file));
+        let speeds: String = {
+            let speeds = self.speeds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            speeds.iter().map(|(host, milli)| format!("{milli} {host}\n")).collect()
+        };
+        let written = write_atomically(file, &bytes)
+            .and_then(|()| write_atomically(&file.with_file_name(SPEEDS_FILE), speeds.as_bytes()));
         if let Err(e) = written {
             self.dirty.store(true, Ordering::Relaxed);
             tracing::warn!(file = %file.display(), error = %e, "cannot write the cost model (a restart will relearn it)");
         }
     }
+}
+
+/// Writes `file` through a temporary file renamed over it.
+fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = file.with_extension("tmp");
+    file.parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&tmp, bytes))
+        .and_then(|()| std::fs::rename(&tmp, file))
+}
+
+/// Agents' speeds from `file`; lines that do not parse are skipped (host
+/// names hold no newline: they come from a hello, one line each here).
+fn read_speeds(file: &Path) -> HashMap<String, u32> {
+    let Ok(text) = std::fs::read_to_string(file) else { return HashMap::new() };
+    text.lines()
+        .filter_map(|l| {
+            let (milli, host) = l.split_once(' ')?;
+            let milli = milli.parse::<u32>().ok()?.clamp(ccroute_core::MIN_SPEED, ccroute_core::MAX_SPEED);
+            Some((host.to_owned(), milli))
+        })
+        .take(SPEEDS_KEPT)
+        .collect()
 }
 
 /// Options naming what a compile writes: not part of a unit's name.
@@ -198,5 +251,28 @@ mod tests {
         std::fs::write(dir.path().join(FILE), b"not a model").unwrap();
         let fresh = Costs::open(Some(dir.path()));
         assert_eq!(fresh.expect(tc, &spec, 1000).unwrap().prediction.basis, ccroute_core::cost::Basis::Cold);
+    }
+
+    #[test]
+    fn agents_speeds_are_kept_by_host_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let costs = Costs::open(Some(dir.path()));
+        assert_eq!(costs.speed_of("slow-host"), None);
+        costs.learnt_speed("slow-host", 400);
+        costs.learnt_speed("fast host", 2500);
+        costs.save();
+        drop(costs);
+        let again = Costs::open(Some(dir.path()));
+        assert_eq!((again.speed_of("slow-host"), again.speed_of("fast host")), (Some(400), Some(2500)));
+        // Lines that do not parse are skipped, speeds out of range clamped.
+        std::fs::write(dir.path().join(SPEEDS_FILE), "x y\n999999 quick\n7\n").unwrap();
+        let read = Costs::open(Some(dir.path()));
+        assert_eq!(read.speed_of("quick"), Some(ccroute_core::MAX_SPEED));
+        assert_eq!(read.speed_of("y"), None);
+        // Without a directory they live in memory only.
+        let memory = Costs::open(None);
+        memory.learnt_speed("h", 700);
+        memory.save();
+        assert_eq!(memory.speed_of("h"), Some(700));
     }
 }
