@@ -351,7 +351,6 @@ mod tests {
             online_cpus: 8,
             tasks_running: 3,
             tasks_started: 0,
-            speed: 1000,
         }
     }
 

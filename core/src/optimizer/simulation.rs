@@ -81,7 +81,6 @@ impl Host {
             online_cpus: self.cpus,
             tasks_running: self.running.round() as u32,
             tasks_started: 0,
-            speed: 1000,
         }
     }
 
