@@ -14,6 +14,9 @@
 //! pays for it. [`release_free_memory`] does it (off the async workers: a
 //! trim of a large heap takes milliseconds).
 //!
+//! An agent instead fixes malloc's thresholds at its start
+//! (`agent::bound_retained_memory`): it is seldom quiet during a build.
+//!
 //! Left out: other allocators (`release_free_memory` does nothing without
 //! glibc); what the scheduler keeps on purpose (the result cache's memory
 //! tier, bounded by `--cache-memory`).
