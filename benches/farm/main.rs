@@ -6,8 +6,8 @@
 //! cargo bench --bench farm -- lan-64 wan   # the named presets; prints the table
 //! cargo bench --bench farm -- record       # re-records benches/farm/traces/
 //! cargo test --bench farm                  # the CI smoke: 8 agents, 400 units
-//! FARM_SCHEDULER_FLAGS=--longest-first cargo bench --bench farm -- lan-64
-//!                                          # the same farm with a placement policy on
+//! FARM_SCHEDULER_FLAGS=--no-speed-aware cargo bench --bench farm -- mixed
+//!                                          # the same farm with a placement policy off (or --longest-first on)
 //! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
 //!                                          # each agent told its speed (--speed), not left to learn it
 //! FARM_COSTS=DIR cargo bench --bench farm -- mixed mixed

@@ -117,11 +117,12 @@ pub struct SchedulerArgs {
     /// cost model) instead of first come, first served.
     #[arg(long)]
     pub longest_first: bool,
-    /// Place by agent speed (learnt from results, or pinned with an agent's
-    /// --speed): each task to the agent expected to finish it first; a long
-    /// unit may wait for a fast agent rather than start on a slow one.
+    /// Place without regard to agents' speeds (least loaded first, as
+    /// before). By default each task goes to the agent expected to finish it
+    /// first (speeds learnt from results, or pinned with an agent's --speed):
+    /// a long unit may wait for a fast agent rather than start on a slow one.
     #[arg(long)]
-    pub speed_aware: bool,
+    pub no_speed_aware: bool,
     /// Seconds a silent peer has before it counts as lost.
     #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
     pub idle_timeout: f64,

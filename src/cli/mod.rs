@@ -205,7 +205,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
         ..TransportOptions::default()
     };
     config.core.longest_first = a.longest_first;
-    config.core.speed_aware = a.speed_aware;
+    config.core.speed_aware = !a.no_speed_aware;
     if a.no_optimizer {
         if let Some(o) = config.optimizer.as_mut() {
             o.tune_agents = false;
