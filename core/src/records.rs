@@ -56,7 +56,15 @@ pub trait Job: Send + Sync + Sized + 'static {
     fn expected_micros(_task: &Self::Task) -> Option<u64> {
         None
     }
+
+    /// [`Job::expected_micros`], or [`UNKNOWN_COST_MICROS`] when not known.
+    fn expected_or_default(task: &Self::Task) -> u64 {
+        Self::expected_micros(task).unwrap_or(UNKNOWN_COST_MICROS)
+    }
 }
+
+/// What a task is taken to cost when nothing is known of it: a second.
+pub(crate) const UNKNOWN_COST_MICROS: u64 = 1_000_000;
 
 /// Cost classes a lane ranks its waiting tasks in.
 #[cfg(not(ccroute_loom))]
@@ -70,7 +78,7 @@ pub(crate) const CLASSES: usize = 2;
 /// The cost class of a task expected to take `micros`: doublings from
 /// 64 ms (class 0, anything shorter) to 4 s and over (the last).
 pub(crate) fn cost_class(micros: Option<u64>) -> u8 {
-    let ms = micros.unwrap_or(1_000_000) / 1000;
+    let ms = micros.unwrap_or(UNKNOWN_COST_MICROS) / 1000;
     let mut class = 0usize;
     let mut bound = 64;
     while ms >= bound && class + 1 < CLASSES {

@@ -248,7 +248,7 @@ impl<J: Job> Router<J> {
         if self.speed_aware {
             // A moving average (1/16 a task); a racing update may be lost, and
             // that only makes it a little staler.
-            let cost = J::expected_micros(&task.body).unwrap_or(1_000_000);
+            let cost = J::expected_or_default(&task.body);
             let typical = agent.typical_cost.load(Ordering::Relaxed);
             agent.typical_cost.store(typical - typical / 16 + cost / 16, Ordering::Relaxed);
         }
@@ -391,7 +391,7 @@ fn sooner_elsewhere<J: Job>(
     if !clearly_faster(route.fastest.load(Ordering::Relaxed), here_speed) {
         return false;
     }
-    let cost = J::expected_micros(&task.body).unwrap_or(1_000_000) as f64;
+    let cost = J::expected_or_default(&task.body) as f64;
     // Tasks per microsecond the faster agents end, and their best speed.
     let (mut rate, mut best) = (0.0f64, 0u32);
     for other in agents {

@@ -26,7 +26,7 @@ use crate::outbox::Outbox;
 use crate::records::{
     cost_class, AgentEntry, AgentEvent, AgentId, Answer, AnswerKind, CompleteError, ConsumerdEntry, ConsumerdId,
     Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, MAX_SPEED, MIN_SPEED,
-    NOMINAL_SPEED, SAMPLE_RING,
+    NOMINAL_SPEED, SAMPLE_RING, UNKNOWN_COST_MICROS,
 };
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
@@ -73,7 +73,7 @@ impl<J: Job> AgentSession<J> {
             reserved: AtomicU32::new(reserved),
             tasks_started: AtomicU64::new(0),
             speed: AtomicU32::new(NOMINAL_SPEED),
-            typical_cost: AtomicU64::new(1_000_000),
+            typical_cost: AtomicU64::new(UNKNOWN_COST_MICROS),
         });
         core.agents.insert(id, entry.clone());
         let mut session =

@@ -21,7 +21,7 @@ pub mod work;
 /// mapped block (up to 32 MiB and 64 MiB), after which every arena keeps
 /// that much freed memory: an agent of the soak (`scripts/soak --duration
 /// 60`) grew from 57 to 104–131 MiB with about 10 MiB in use; with these,
-/// 25 to 43–48 MiB. Call before any thread starts; nothing with another
+/// 25 to 56–68 MiB. Call before any thread starts; nothing with another
 /// allocator.
 pub fn bound_retained_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

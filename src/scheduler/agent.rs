@@ -60,7 +60,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     tracing::info!(
         toolchains = hello.body.toolchains.len(),
         limit = session.token_limit(),
-        speed = hello.body.speed_milli,
+        speed = session.speed(),
+        pinned = hello.body.speed_milli > 0,
         "agent joined"
     );
     if !resumed.is_empty() {
@@ -228,9 +229,8 @@ impl Speed {
     }
 
     /// Learns from one unit expected to cost `expected_us` at speed 1 (0:
-    /// not known) that took `took` here; returns the speed (to express
-    /// `took` at speed 1).
-    /// A change is kept for `host` in `costs`.
+    /// not known) that took `took` here, keeping a change for `host` in
+    /// `costs`; returns the speed (to express `took` at speed 1).
     fn observe(
         &mut self,
         expected_us: u64,
@@ -240,7 +240,8 @@ impl Speed {
     ) -> f64 {
         let took_us = took.as_micros() as f64;
         if !self.pinned && expected_us > 0 && took_us > 0.0 {
-            let sample = (expected_us as f64 / took_us).clamp(0.05, 20.0);
+            let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
+            let sample = (expected_us as f64 / took_us).clamp(min / 1000.0, max / 1000.0);
             self.ln += (sample.ln() - self.ln) * Self::WEIGHT;
             let milli = (self.ln.exp() * 1000.0).round() as u32;
             // Only changes of more than 3 % are worth a new look at the routes.
