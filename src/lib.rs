@@ -16,6 +16,8 @@
 //!   process runs.
 //! - [`local_socket`]: where the wrapper and the consumerd meet: the socket
 //!   path, its directory's rules, the one-instance lock.
+//! - [`jobserver`]: GNU make's jobserver pipe that `ccroute make` holds for
+//!   a build, sized to the local slots and the farm's share.
 //! - [`cache`]: the result cache's storage tiers.
 //! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - `cli`, `cluster` (feature `daemon`): the command line, and a whole
@@ -31,6 +33,7 @@ pub mod cluster;
 #[cfg(feature = "daemon")]
 pub mod consumerd;
 pub mod host;
+pub mod jobserver;
 pub mod local_socket;
 #[cfg(feature = "daemon")]
 pub mod net;

@@ -118,6 +118,20 @@ impl SocketPath {
         PathBuf::from(p)
     }
 
+    /// The jobserver pipe of the build `ccroute make` runs as process `pid` ([`crate::jobserver`]).
+    pub fn jobserver_path(&self, pid: u32) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(format!(".jobserver.{pid}"));
+        PathBuf::from(p)
+    }
+
+    /// Where `ccroute make` puts the compiler names that lead to ccroute.
+    pub fn masquerade_dir(&self) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".bin");
+        PathBuf::from(p)
+    }
+
     /// Where a consumerd a wrapper started writes its output.
     pub fn log_path(&self) -> PathBuf {
         let mut p = self.path.clone().into_os_string();

@@ -66,6 +66,16 @@ pub enum Command {
         #[command(subcommand)]
         action: CacheAction,
     },
+    /// Run make through ccroute with the consumerd's jobserver (local slots
+    /// plus this machine's share of the farm): no -j to guess. Every argument
+    /// goes to make.
+    #[command(disable_help_flag = true)]
+    Make(BuildArgs),
+    /// Run ninja through ccroute: with the consumerd's jobserver (ninja 1.13
+    /// and later), else -j its size when the build starts. Every argument
+    /// goes to ninja.
+    #[command(disable_help_flag = true)]
+    Ninja(BuildArgs),
     /// Build the bundled sample project through a scheduler, two agents and a
     /// consumerd on 127.0.0.1, twice.
     Demo(DemoArgs),
@@ -74,6 +84,14 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write one per command with --dir.
     Man(ManArgs),
+}
+
+/// `ccroute make …`, `ccroute ninja …`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The tool's arguments, as given.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// `ccroute certs …`.

@@ -13,6 +13,7 @@
 //! exit with status 2.
 
 pub mod args;
+pub mod build;
 pub mod demo;
 pub mod docs;
 pub mod local_cache;
@@ -33,8 +34,20 @@ use crate::net::{tls, CertRole, TransportOptions};
 
 /// Subcommand names: an argument list starting with one of these is ours,
 /// anything else is a compiler.
-const SUBCOMMANDS: &[&str] =
-    &["certs", "scheduler", "agent", "consumerd", "status", "stats", "cache", "demo", "completions", "man"];
+const SUBCOMMANDS: &[&str] = &[
+    "certs",
+    "scheduler",
+    "agent",
+    "consumerd",
+    "status",
+    "stats",
+    "cache",
+    "make",
+    "ninja",
+    "demo",
+    "completions",
+    "man",
+];
 
 /// The process entry point; returns the exit code.
 pub fn main(argv: Vec<OsString>) -> i32 {
@@ -92,6 +105,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             | Command::Certs { .. }
             | Command::Stats(_)
             | Command::Cache { .. }
+            | Command::Make(_)
+            | Command::Ninja(_)
             | Command::Completions(_)
             | Command::Man(_)
     );
@@ -130,6 +145,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 local_cache::run(&a, ccroute_wire::local::Query::Clear)
             })
         }
+        Command::Make(a) => build::run(build::Tool::Make, &a.args),
+        Command::Ninja(a) => build::run(build::Tool::Ninja, &a.args),
         Command::Demo(a) => runtime(None)?.block_on(demo::run(a)),
         Command::Completions(a) => docs::completions(a.shell, &mut std::io::stdout().lock()),
         Command::Man(a) => docs::man(a.dir.as_deref()),

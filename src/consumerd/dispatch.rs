@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ccroute_wire::local::{
-    split_four, CompiledHeader, ConsumerdMsg, DirectJob, Job, Query, WrapperMsg, HEARTBEAT, LOCAL_PROTOCOL_VERSION,
+    split_four, CompiledHeader, ConsumerdMsg, DirectJob, Job, JobserverSize, Query, WrapperMsg, HEARTBEAT,
+    LOCAL_PROTOCOL_VERSION,
 };
 use ccroute_wire::{TaskSpec, Toolchain};
 use tokio::sync::watch;
@@ -120,6 +121,10 @@ pub(super) struct Dispatcher {
     stats: Arc<Stats>,
     deadlines: Deadlines,
     direct: Option<Arc<DirectCache>>,
+    /// Connections of builds (`ccroute make`) told the jobserver size at each change.
+    jobserver_builds: std::collections::HashSet<ConnId>,
+    /// What they were last told.
+    jobserver_size: JobserverSize,
 }
 
 /// How long a remote compile may take before it is given up and the unit
@@ -182,6 +187,8 @@ impl Dispatcher {
             stats,
             deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
             direct,
+            jobserver_builds: std::collections::HashSet::new(),
+            jobserver_size: JobserverSize { local: config.local_slots.max(1), window: 0 },
         }
     }
 
@@ -194,7 +201,7 @@ impl Dispatcher {
         shutdown: impl Future<Output = ()>,
     ) -> Ended {
         tokio::pin!(shutdown);
-        self.slots.set_window(*window.borrow_and_update());
+        self.set_window(*window.borrow_and_update());
         let mut window_open = true;
         let mut idle_deadline = Instant::now() + idle_exit;
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -202,7 +209,8 @@ impl Dispatcher {
         let mut persist = tokio::time::interval(PERSIST_EVERY);
         persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
-            let idle = !idle_exit.is_zero() && self.conns.is_empty();
+            // A build through the jobserver counts as a connection.
+            let idle = !idle_exit.is_zero() && self.conns.is_empty() && self.jobserver_builds.is_empty();
             tokio::select! {
                 () = &mut shutdown => break Ended::Shutdown,
                 msg = inbound.recv_async() => match msg {
@@ -221,7 +229,7 @@ impl Dispatcher {
                         }
                     };
                     debug!(window = w, "remote window changed");
-                    self.slots.set_window(w);
+                    self.set_window(w);
                 }
                 Some(done) = self.work.join_next_with_id(), if !self.work.is_empty() => self.on_done(done),
                 _ = heartbeat.tick() => self.heartbeat(),
@@ -303,7 +311,23 @@ impl Dispatcher {
         }
     }
 
+    /// The remote window moved: slots follow, and builds' jobservers are told.
+    fn set_window(&mut self, window: u32) {
+        self.slots.set_window(window);
+        if window != self.jobserver_size.window {
+            self.jobserver_size.window = window;
+            for id in &self.jobserver_builds {
+                self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size), vec![]));
+            }
+        }
+    }
+
     fn on_query(&mut self, id: ConnId, q: Query) {
+        if q == Query::Jobserver {
+            debug!(conn = %id, size = ?self.jobserver_size, "a build follows the jobserver size");
+            self.jobserver_builds.insert(id);
+            return self.ipc.send(id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size), vec![]));
+        }
         let Some(cache) = self.direct.clone() else {
             let report = ccroute_wire::local::CacheReport { counters: self.counters(), ..Default::default() };
             self.ipc.send(id, Outbound::Message(ConsumerdMsg::Report(report), vec![]));
@@ -521,6 +545,10 @@ impl Dispatcher {
 
     /// Tells every wrapper that waits on this consumerd that it is still at work.
     fn heartbeat(&self) {
+        // A build following the jobserver size learns this way that the consumerd still runs.
+        for id in &self.jobserver_builds {
+            self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Waiting, vec![]));
+        }
         for (id, conn) in &self.conns {
             let waiting = matches!(
                 conn.state,
@@ -642,6 +670,7 @@ impl Dispatcher {
 
     /// The connection is gone: release its slot and cancel its work.
     fn forget(&mut self, id: ConnId) {
+        self.jobserver_builds.remove(&id);
         if let Some(conn) = self.conns.remove(&id) {
             if let ConnState::Compiling { task, .. } = conn.state {
                 task.abort();

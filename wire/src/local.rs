@@ -88,6 +88,10 @@ pub enum Query {
     Stats,
     /// Empty this user's tiers (results, manifests, digests), then report.
     Clear,
+    /// The jobserver size for a build (`ccroute make`): answered with
+    /// [`ConsumerdMsg::Jobserver`] now and again whenever it changes, for
+    /// as long as the connection stays open.
+    Jobserver,
 }
 
 /// What a consumerd's direct-mode cache needs to find a compile's result
@@ -193,6 +197,25 @@ pub enum ConsumerdMsg {
     /// result): sent every [`HEARTBEAT`] while the wrapper waits, so that a
     /// wrapper can tell a stopped consumerd from a slow compile.
     Waiting,
+    /// Answers [`Query::Jobserver`], and follows each change.
+    Jobserver(JobserverSize),
+}
+
+/// What a build's jobserver should hold: this machine's local slots plus the
+/// remote window the scheduler gives this consumerd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobserverSize {
+    /// Local slots.
+    pub local: u32,
+    /// The remote window now (0 while no scheduler is connected).
+    pub window: u32,
+}
+
+impl JobserverSize {
+    /// Jobs at once: local slots plus the window.
+    pub fn total(&self) -> u32 {
+        self.local.saturating_add(self.window)
+    }
 }
 
 /// The consumerd's cache, as `ccroute stats` shows it.
@@ -316,6 +339,7 @@ impl LocalMessage for ConsumerdMsg {
             ConsumerdMsg::RunLocally { .. }
             | ConsumerdMsg::Preprocess
             | ConsumerdMsg::Waiting
+            | ConsumerdMsg::Jobserver(_)
             | ConsumerdMsg::Report(_) => 0,
         }
     }
