@@ -50,6 +50,11 @@ pub(crate) struct AgentCounters {
     pub(crate) stale: Counter,
     /// Tasks it held when it was lost, placed again or sent back.
     pub(crate) lost: Counter,
+    /// Its tasks that ran long and were copied to another agent.
+    pub(crate) hedged: Counter,
+    /// Copies of other agents' tasks whose answer came first (counted in
+    /// `completed` or `failed` too).
+    pub(crate) copies_won: Counter,
 }
 
 /// What one consumerd got.

@@ -155,25 +155,62 @@ impl<J: Job> Core<J> {
             return false;
         };
         if prev.phase == Phase::Assigned {
-            if let Some(agent) = self.agents.get(&AgentId(prev.agent)) {
-                agent.outbox.push(AgentEvent::Cancel(task.id));
-            }
+            self.cancel_on(prev.agent, task.id);
+            self.drop_copy(task);
         }
         self.end(task, Ending::Cancelled);
         true
     }
 
-    /// An agent holding `task` at `attempt` was lost: place it again, or
-    /// send it back once it has used its attempts.
+    /// Tells `agent` to stop running `task` (it still answers, which frees its token).
+    pub(crate) fn cancel_on(&self, agent: u32, task: crate::records::TaskId) {
+        if let Some(agent) = self.agents.get(&AgentId(agent)) {
+            agent.outbox.push(AgentEvent::Cancel(task));
+        }
+    }
+
+    /// The task's copy, if any, is not wanted any more: its agent is told.
+    pub(crate) fn drop_copy(&self, task: &Task<J>) {
+        if let Some(agent) = task.take_hedge() {
+            self.cancel_on(agent, task.id);
+        }
+    }
+
+    /// An agent holding `task` at `attempt` was lost: a copy running on
+    /// another agent carries on as the task's own run; else the task is
+    /// placed again, or sent back once it has used its attempts. An agent
+    /// that held only a copy lets the copy go, and the task runs on where
+    /// it is — unless its own agent was lost meanwhile and handed it to
+    /// this copy, when it is placed again.
     pub(crate) fn requeue(&self, task: Arc<Task<J>>, agent: AgentId, attempt: u8) {
         let from = State::assigned(agent.0, attempt);
+        if task.clear_hedge(agent.0, attempt) && task.state() != from {
+            return;
+        }
+        if let Some((copy, at)) = task.hedged() {
+            if at == attempt && copy != agent.0 && task.transition(from, State::assigned(copy, attempt)) {
+                // Handed over; the copy's agent may have left meanwhile, and
+                // then its own drop, or this, places it again.
+                if !task.clear_hedge(copy, attempt) {
+                    self.place_again(task, State::assigned(copy, attempt), attempt);
+                }
+                return;
+            }
+        }
+        self.place_again(task, from, attempt);
+    }
+
+    fn place_again(&self, task: Arc<Task<J>>, from: State, attempt: u8) {
         if attempt.saturating_add(1) >= self.config.max_attempts {
             if task.transition(from, State::ended()) {
+                self.drop_copy(&task);
                 self.end(&task, Ending::RunLocally(RetryReason::AttemptsExhausted));
             }
             return;
         }
         if task.transition(from, State::queued(attempt + 1)) {
+            // A copy belongs to the attempt that ended: it cannot answer.
+            self.drop_copy(&task);
             self.router.place(task, self);
         }
     }

@@ -295,6 +295,16 @@ pub struct Task<J: Job> {
     pub(crate) consumerd: Arc<ConsumerdEntry<J>>,
     /// Its cost class in its lane ([`cost_class`]).
     pub(crate) class: u8,
+    /// A copy running on a second agent while it runs long on its own
+    /// ([`crate::AgentSession::hedge`]): that agent and the attempt the copy
+    /// belongs to ([`hedge_word`]); 0 when none. Whoever clears it tells the
+    /// copy's agent to cancel.
+    hedge: AtomicU64,
+}
+
+/// The packed form of a copy on `agent` at `attempt` (never 0).
+const fn hedge_word(agent: u32, attempt: u8) -> u64 {
+    1 << 63 | (attempt as u64) << 32 | agent as u64
 }
 
 impl<J: Job> Task<J> {
@@ -317,7 +327,30 @@ impl<J: Job> Task<J> {
             lane,
             consumerd,
             class,
+            hedge: AtomicU64::new(0),
         }
+    }
+
+    /// The agent running a copy of this task, and the attempt the copy belongs to.
+    pub(crate) fn hedged(&self) -> Option<(u32, u8)> {
+        let w = self.hedge.load(Ordering::SeqCst);
+        (w != 0).then_some((w as u32, (w >> 32) as u8))
+    }
+
+    /// Records a copy on `agent` at `attempt`; false when there is one already.
+    pub(crate) fn set_hedge(&self, agent: u32, attempt: u8) -> bool {
+        self.hedge.compare_exchange(0, hedge_word(agent, attempt), Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Forgets the copy on `agent` at `attempt`; false when that is not the copy.
+    pub(crate) fn clear_hedge(&self, agent: u32, attempt: u8) -> bool {
+        self.hedge.compare_exchange(hedge_word(agent, attempt), 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Forgets whatever copy there is; returns its agent.
+    pub(crate) fn take_hedge(&self) -> Option<u32> {
+        let w = self.hedge.swap(0, Ordering::SeqCst);
+        (w != 0).then_some(w as u32)
     }
 
     /// Whether the task has ended (answered, sent back or cancelled).
@@ -456,6 +489,9 @@ pub(crate) enum AgentEvent<J: Job> {
     /// The task the agent holds under `handle` (from an earlier scheduler)
     /// is this one; it was assigned to the agent with a reserved token.
     Adopt(Arc<Task<J>>, u64),
+    /// Run a copy of this task, which another agent runs at this attempt;
+    /// a token was taken for it. Sent only if it is still the task's copy.
+    Hedge(Arc<Task<J>>, u8),
 }
 
 /// A connected agent.

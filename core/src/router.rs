@@ -469,3 +469,29 @@ fn pick_agent<'a, J: Job>(
         }
     }
 }
+
+/// An agent other than `not` with a free token, for a copy of a task `not`
+/// runs: the fastest, then the least loaded; with that token taken.
+pub(crate) fn pick_copy<J: Job>(agents: &[Arc<AgentEntry<J>>], not: u32) -> Option<&Arc<AgentEntry<J>>> {
+    loop {
+        let mut best: Option<(usize, u32, u32, u32)> = None;
+        for (idx, agent) in agents.iter().enumerate() {
+            let (in_use, limit, free) = agent.tokens.load();
+            if agent.id.0 == not || !free {
+                continue;
+            }
+            let speed = agent.speed.load(Ordering::Relaxed);
+            let better = best.is_none_or(|(_, bu, bl, bs)| {
+                speed > bs || (speed == bs && u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
+            });
+            if better {
+                best = Some((idx, in_use, limit, speed));
+            }
+        }
+        let (idx, ..) = best?;
+        if agents[idx].tokens.try_acquire() {
+            return Some(&agents[idx]);
+        }
+        // Lost the token to a placement: look again.
+    }
+}

@@ -112,6 +112,8 @@ impl<J: Job> Scheduler<J> {
                 failed: a.counters.failed.get(),
                 stale: a.counters.stale.get(),
                 lost: a.counters.lost.get(),
+                hedged: a.counters.hedged.get(),
+                copies_won: a.counters.copies_won.get(),
                 waiting: a.routes.load().iter().map(|r| r.queued()).sum(),
                 tasks_started: a.tasks_started.load(Ordering::Relaxed),
                 speed: a.speed.load(Ordering::Relaxed),

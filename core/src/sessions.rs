@@ -28,6 +28,7 @@ use crate::records::{
     Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, MAX_SPEED, MIN_SPEED,
     NOMINAL_SPEED, SAMPLE_RING, UNKNOWN_COST_MICROS,
 };
+use crate::router::pick_copy;
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
 
@@ -121,9 +122,67 @@ impl<J: Job> AgentSession<J> {
                     self.entry.counters.assigned.bump();
                     return Some(Dispatch::Adopt { task, handle });
                 }
+                AgentEvent::Hedge(task, attempt) => {
+                    if !self.is_copy(&task, attempt) || self.outstanding.contains_key(&task.id) {
+                        // Answered, cancelled or placed again before it could be sent.
+                        self.entry.tokens.release();
+                        self.core.router.serve_routes_of(&self.entry, &*self.core);
+                        continue;
+                    }
+                    self.outstanding.insert(task.id, (task.clone(), attempt));
+                    self.entry.counters.assigned.bump();
+                    return Some(Dispatch::Assign(task));
+                }
             }
         }
         None
+    }
+
+    /// Whether a copy of `task` at `attempt` is this agent's to run: that
+    /// attempt still runs, and the copy is still its copy or was handed to
+    /// it as the task's own run (its agent was lost).
+    fn is_copy(&self, task: &Task<J>, attempt: u8) -> bool {
+        // The copy first, then the state: a hand-over moves the state to
+        // this agent before it clears the copy, so one of the two says so.
+        let copy = task.hedged();
+        copy_of(task.state(), copy, self.entry.id.0, attempt)
+    }
+
+    /// Starts a copy of `task` — which this agent runs, past the time it
+    /// was expected to take — on another agent of its route with a free
+    /// token (the fastest, then the least loaded), when no task waits on the
+    /// route: hedging never takes a token a waiting task could use. The
+    /// first answer of the two is the task's; the other agent is told to
+    /// cancel (and still answers, which frees its token). A task has at most
+    /// one copy. Returns whether a copy was started.
+    pub fn hedge(&self, task: TaskId) -> bool {
+        let Some((task, attempt)) = self.outstanding.get(&task) else {
+            return false;
+        };
+        let (me, attempt) = (self.entry.id.0, *attempt);
+        if task.state() != State::assigned(me, attempt) || task.hedged().is_some() || task.route.queued() > 0 {
+            return false;
+        }
+        let agents = task.route.agents.load();
+        let Some(copy) = pick_copy(&agents, me) else {
+            return false;
+        };
+        // Looked at again with the token held: a task that came meanwhile gets it.
+        if task.route.queued() > 0 || !task.set_hedge(copy.id.0, attempt) {
+            copy.tokens.release();
+            self.core.router.serve_routes_of(copy, &*self.core);
+            return false;
+        }
+        // The event owns the token: the copy's session sends the task or frees it.
+        copy.outbox.push(AgentEvent::Hedge(task.clone(), attempt));
+        if task.state() != State::assigned(me, attempt) && task.clear_hedge(copy.id.0, attempt) {
+            // It ended (or was placed again) meanwhile, and whoever did it
+            // may have missed the copy.
+            copy.outbox.push(AgentEvent::Cancel(task.id));
+            return false;
+        }
+        self.entry.counters.hedged.bump();
+        true
     }
 
     /// Gives back `n` of the tokens reserved at connection for resumed
@@ -183,10 +242,33 @@ impl<J: Job> AgentSession<J> {
         // The agent finished running it: its token is free — before the
         // answer goes out, so that the consumerd's next task finds it.
         self.entry.tokens.release();
-        if task.transition(State::assigned(self.entry.id.0, attempt), State::ended()) {
+        let me = self.entry.id.0;
+        // The task's own agent, or the one running its copy: the first of
+        // the two to end the attempt answers it. `Some(other)`: won, and
+        // `other` (the task's agent, when a copy won) is told to cancel.
+        let won = loop {
+            // The copy first, then the state, as in `is_copy`.
+            let hedge = task.hedged();
+            let s = task.state();
+            if !copy_of(s, hedge, me, attempt) {
+                break None;
+            }
+            if task.transition(s, State::ended()) {
+                break Some((s.agent != me).then_some(s.agent));
+            }
+        };
+        if let Some(primary) = won {
             match kind {
                 AnswerKind::Success => self.entry.counters.completed.bump(),
                 AnswerKind::Failed => self.entry.counters.failed.bump(),
+            }
+            match primary {
+                Some(primary) => {
+                    self.entry.counters.copies_won.bump();
+                    task.take_hedge();
+                    self.core.cancel_on(primary, task.id);
+                }
+                None => self.core.drop_copy(&task),
             }
             self.core.end(&task, Ending::Answered(answer));
         } else {
@@ -279,6 +361,12 @@ impl<J: Job> AgentSession<J> {
     }
 }
 
+/// Whether agent `me` runs attempt `attempt` of a task in state `s` with
+/// the copy `hedge`: as the task's own agent, or as its copy.
+fn copy_of(s: State, hedge: Option<(u32, u8)>, me: u32, attempt: u8) -> bool {
+    s.phase == Phase::Assigned && s.attempt == attempt && (s.agent == me || hedge == Some((me, attempt)))
+}
+
 impl<J: Job> Drop for AgentSession<J> {
     /// The agent is gone: no more tasks for it, and every task it held is
     /// placed again.
@@ -302,13 +390,24 @@ impl<J: Job> Drop for AgentSession<J> {
         // not have pushed yet; `in_use` reaching 0 says every one has.
         loop {
             while let Some(event) = entry.outbox.pop() {
-                if let AgentEvent::Assign(task) | AgentEvent::Adopt(task, _) = event {
-                    let s = task.state();
-                    if s.phase == Phase::Assigned && s.agent == entry.id.0 {
-                        self.outstanding.insert(task.id, (task, s.attempt));
-                    } else {
-                        entry.tokens.release();
+                match event {
+                    AgentEvent::Assign(task) | AgentEvent::Adopt(task, _) => {
+                        let s = task.state();
+                        if s.phase == Phase::Assigned && s.agent == entry.id.0 {
+                            self.outstanding.insert(task.id, (task, s.attempt));
+                        } else {
+                            entry.tokens.release();
+                        }
                     }
+                    AgentEvent::Hedge(task, attempt) => {
+                        // A copy not sent: forgotten below like one sent.
+                        if self.is_copy(&task, attempt) && !self.outstanding.contains_key(&task.id) {
+                            self.outstanding.insert(task.id, (task, attempt));
+                        } else {
+                            entry.tokens.release();
+                        }
+                    }
+                    AgentEvent::Cancel(_) => {}
                 }
             }
             for (_, (task, attempt)) in self.outstanding.drain() {

@@ -45,6 +45,10 @@ pub struct AgentSnapshot {
     pub stale: u64,
     /// Tasks it held when lost.
     pub lost: u64,
+    /// Its tasks that ran long and were copied to another agent.
+    pub hedged: u64,
+    /// Copies of other agents' tasks it answered first.
+    pub copies_won: u64,
     /// Tasks waiting on its routes.
     pub waiting: usize,
     /// Compiles it says it started since it started (its last CPU sample).

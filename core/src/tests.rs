@@ -1041,3 +1041,160 @@ fn a_slow_agent_takes_the_cheapest_waiting_unit_and_a_long_wait_lets_it_take_a_l
 fn answers_costed(c: &mut ConsumerdSession<CostedJob>) -> usize {
     std::iter::from_fn(|| c.poll_answer()).count()
 }
+
+/// Every dispatch waiting for an agent, in order.
+fn dispatches(a: &mut AgentSession<TestJob>) -> Vec<String> {
+    std::iter::from_fn(|| a.poll())
+        .map(|d| match d {
+            Dispatch::Assign(t) => format!("assign {}", t.id().0),
+            Dispatch::Cancel(t) => format!("cancel {}", t.0),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+fn tokens_in_use(s: &S) -> Vec<u32> {
+    s.agents().iter().map(|a| a.tokens_in_use).collect()
+}
+
+/// A task running on `a`, and an idle agent `b` beside it.
+fn hedge_pair() -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, TaskId) {
+    let s = sched();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    let t = assigned(&mut a)[0];
+    let b = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    (s, a, b, cd, t)
+}
+
+#[test]
+fn a_copy_answered_first_answers_the_task_and_the_original_is_cancelled() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t), "an idle agent and nothing waiting: a copy starts");
+    assert!(!a.hedge(t), "one copy at most");
+    assert_eq!(dispatches(&mut b), vec![format!("assign {}", t.0)]);
+    assert_eq!(tokens_in_use(&s), vec![1, 1]);
+    b.complete(t, true).unwrap();
+    assert_eq!(dispatches(&mut a), vec![format!("cancel {}", t.0)], "the original's compiler is stopped");
+    a.complete(t, false).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true), "the copy's answer");
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+    let (sa, sb) = (&s.agents()[0], &s.agents()[1]);
+    assert_eq!((sa.hedged, sa.stale, sb.copies_won, sb.completed), (1, 1, 1, 1));
+}
+
+#[test]
+fn the_original_answered_first_cancels_the_copy() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    a.complete(t, true).unwrap();
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)]);
+    b.complete(t, false).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+    assert_eq!(s.agents()[1].stale, 1);
+}
+
+#[test]
+fn a_copy_not_yet_sent_when_the_task_ends_is_never_sent_and_frees_its_token() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    a.complete(t, true).unwrap();
+    assert!(dispatches(&mut b).is_empty(), "neither the copy nor a cancel for it");
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+    assert_eq!(answers(&mut cd).len(), 1);
+}
+
+#[test]
+fn hedging_never_takes_a_token_a_waiting_task_could_use() {
+    let (s, a, mut b, mut cd, t) = hedge_pair();
+    // The idle agent's token goes to the next task, not to a copy.
+    cd.submit(2, tc("gcc").key(), 2).unwrap();
+    let second = assigned(&mut b);
+    assert_eq!(second.len(), 1);
+    cd.submit(3, tc("gcc").key(), 3).unwrap();
+    assert!(!a.hedge(t), "no free token");
+    b.complete(second[0], true).unwrap();
+    let third = assigned(&mut b);
+    assert_eq!(third.len(), 1, "the freed token went to the waiting task");
+    assert!(!a.hedge(t), "no free token while it runs");
+    b.complete(third[0], true).unwrap();
+    assert!(a.hedge(t), "now nothing waits and a token is free");
+    assert_eq!(dispatches(&mut b).len(), 1);
+    let _ = s;
+}
+
+#[test]
+fn a_consumerd_cancel_stops_both_copies() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    assert!(cd.cancel(1));
+    assert_eq!(dispatches(&mut a), vec![format!("cancel {}", t.0)]);
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)]);
+    a.complete(t, false).unwrap();
+    b.complete(t, false).unwrap();
+    assert!(answers(&mut cd).is_empty());
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+}
+
+#[test]
+fn losing_the_copys_agent_leaves_the_original_running_and_a_new_copy_possible() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    drop(b);
+    assert!(dispatches(&mut a).is_empty(), "the original is not disturbed");
+    assert_eq!(s.agents()[0].lost, 0);
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 1);
+    assert!(a.hedge(t), "the copy is gone: another may start");
+    assert_eq!(dispatches(&mut c).len(), 1);
+    a.complete(t, true).unwrap();
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
+    c.complete(t, false).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+}
+
+#[test]
+fn losing_the_original_agent_hands_the_task_to_its_copy() {
+    let (s, a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    drop(a);
+    assert!(dispatches(&mut b).is_empty(), "the copy carries on: no cancel, no second assignment");
+    b.complete(t, true).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].reply, Reply::Done(true));
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
+#[test]
+fn losing_the_original_agent_before_the_copy_is_sent_hands_it_over_too() {
+    let (s, a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    drop(a);
+    assert_eq!(dispatches(&mut b), vec![format!("assign {}", t.0)]);
+    b.complete(t, true).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
+#[test]
+fn losing_both_agents_places_the_task_again_once() {
+    let (s, a, mut b, mut cd, t) = hedge_pair();
+    assert!(a.hedge(t));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
+    drop(a);
+    drop(b);
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "placed again, once");
+    c.complete(t, true).unwrap();
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}

@@ -6,6 +6,9 @@
 //! at most once, and exactly once unless it was cancelled or its consumerd
 //! left; no token held and no task waiting at the end; no token given back
 //! twice (the core debug-asserts it, and fuzz builds keep debug assertions).
+//! Tasks an agent holds are copied to another agent (straggler hedging)
+//! at random: a copy and its original both answer, and the first answer
+//! is the task's.
 #![no_main]
 
 use std::collections::HashSet;
@@ -77,7 +80,7 @@ fuzz_target!(|data: &[u8]| {
         let (a, b) = (op[0], op.get(1).copied().unwrap_or(0));
         let ci = usize::from(b % 2);
         let ai = usize::from(b % 3);
-        match a % 10 {
+        match a % 11 {
             0 => {
                 let id = next_id;
                 next_id += 1;
@@ -118,8 +121,15 @@ fuzz_target!(|data: &[u8]| {
                 agents[ai].session.set_toolchains(&pick);
             }
             8 => drain(&mut cds[ci]),
+            10 => {
+                let agent = &agents[ai];
+                if let Some(&t) = agent.held.get(usize::from(b / 3) % agent.held.len().max(1)) {
+                    agent.session.hedge(t);
+                }
+            }
             // Speeds from 0 (clamped to the slowest) to 10.2 times the nominal.
-            _ => agents[ai].session.set_speed(u32::from(b) * 40),
+            9 => agents[ai].session.set_speed(u32::from(b) * 40),
+            _ => unreachable!(),
         }
     }
     // Every agent finishes what it holds, until nothing moves.

@@ -525,3 +525,184 @@ fn an_adoption_racing_the_agent_leaving_ends_the_task_once() {
         drop(cd);
     });
 }
+
+/// Runs what reached `agent`: each task it was sent is answered; a cancel
+/// for a task it still holds is answered too (as a cancelled compile
+/// would be, which frees its token).
+fn answer_all(agent: &mut ccroute_core::AgentSession<J>) {
+    while let Some(d) = agent.poll() {
+        match d {
+            Dispatch::Assign(t) => {
+                let id = t.id();
+                drop(t);
+                agent.complete(id, true).unwrap();
+            }
+            Dispatch::Cancel(id) => {
+                let _ = agent.complete(id, false);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A task on agent `a` and a copy of it sent to agent `b` (straggler hedging).
+fn hedged() -> (
+    std::sync::Arc<Ends>,
+    Scheduler<J>,
+    ccroute_core::ConsumerdSession<J>,
+    ccroute_core::AgentSession<J>,
+    ccroute_core::AgentSession<J>,
+    ccroute_core::TaskId,
+) {
+    let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+    let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+    let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+    let mut a = s.connect_agent(peer(2), &[tc()], 1);
+    cd.submit(1, tc().key(), 0).unwrap();
+    let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+    let id = t.id();
+    drop(t);
+    let b = s.connect_agent(peer(3), &[tc()], 1);
+    assert!(a.hedge(id), "an idle agent, nothing waiting: a copy starts");
+    (ends, s, cd, a, b, id)
+}
+
+/// (h) Hedging: the task and its copy finish together on two agents. One
+/// answer reaches the consumerd, the task ends once, and both tokens come
+/// back (the loser's answer is dropped as stale).
+#[test]
+fn two_copies_finishing_together_answer_once_and_free_both_tokens() {
+    model(|| {
+        let (ends, s, mut cd, mut a, mut b, id) = hedged();
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
+        drop(t);
+        let ta = thread::spawn(move || {
+            a.complete(id, true).unwrap();
+            a
+        });
+        let tb = thread::spawn(move || {
+            b.complete(id, true).unwrap();
+            b
+        });
+        let mut a = ta.join().unwrap();
+        let mut b = tb.join().unwrap();
+        answer_all(&mut a);
+        answer_all(&mut b);
+        assert!(cd.poll_answer().is_some(), "no answer");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((a, b, cd));
+    });
+}
+
+/// (h) A copy starts while the consumerd cancels the task: it ends once,
+/// nothing is answered, and the copy's token comes back whether or not the
+/// copy was sent.
+#[test]
+fn a_hedge_racing_a_cancel_ends_once_and_leaks_no_token() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let mut b = s.connect_agent(peer(3), &[tc()], 1);
+        let ta = thread::spawn(move || {
+            a.hedge(id);
+            a
+        });
+        let tc_ = thread::spawn(move || {
+            assert!(cd.cancel(1));
+            cd
+        });
+        let mut a = ta.join().unwrap();
+        let mut cd = tc_.join().unwrap();
+        answer_all(&mut b);
+        answer_all(&mut a);
+        assert!(cd.poll_answer().is_none(), "an answer after a cancel");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((a, b, cd));
+    });
+}
+
+/// (h) The task's own agent is lost while its copy answers: the copy
+/// carries on as the task's run or its answer wins; one answer, no token held.
+#[test]
+fn the_original_agent_lost_while_the_copy_answers_ends_once() {
+    model(|| {
+        let (ends, s, mut cd, a, mut b, id) = hedged();
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
+        drop(t);
+        let ta = thread::spawn(move || drop(a));
+        let tb = thread::spawn(move || {
+            b.complete(id, true).unwrap();
+            b
+        });
+        ta.join().unwrap();
+        let mut b = tb.join().unwrap();
+        answer_all(&mut b);
+        assert!(cd.poll_answer().is_some(), "no answer");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((b, cd));
+    });
+}
+
+/// (h) Both agents of a hedged task are lost at once: the task is handed
+/// over or placed again exactly once — on a third agent — and answered once.
+#[test]
+fn both_agents_of_a_hedged_task_lost_at_once_place_it_once() {
+    model(|| {
+        let (ends, s, mut cd, a, mut b, _) = hedged();
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
+        drop(t);
+        let mut c = s.connect_agent(peer(4), &[tc()], 2);
+        let ta = thread::spawn(move || drop(a));
+        let tb = thread::spawn(move || drop(b));
+        ta.join().unwrap();
+        tb.join().unwrap();
+        answer_all(&mut c);
+        assert!(cd.poll_answer().is_some(), "no answer");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert_eq!(s.agents()[0].tokens_in_use, 0, "token leaked");
+        drop((c, cd));
+    });
+}
+
+/// (h) A copy starts while the agent it goes to leaves: the copy's token
+/// comes back whichever wins, and the task runs on where it is.
+#[test]
+fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let b = s.connect_agent(peer(3), &[tc()], 1);
+        let ta = thread::spawn(move || {
+            a.hedge(id);
+            a
+        });
+        let tb = thread::spawn(move || drop(b));
+        let mut a = ta.join().unwrap();
+        tb.join().unwrap();
+        a.complete(id, true).unwrap();
+        answer_all(&mut a);
+        assert!(cd.poll_answer().is_some(), "no answer");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((a, cd));
+    });
+}

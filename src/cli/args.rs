@@ -141,6 +141,12 @@ pub struct SchedulerArgs {
     /// a long unit may wait for a fast agent rather than start on a slow one.
     #[arg(long)]
     pub no_speed_aware: bool,
+    /// Never copy a straggler. By default a task that runs past twice its
+    /// expected time on its agent (and at least a second) is copied to an
+    /// idle agent when no task waits for one; the first answer wins and the
+    /// other compile is stopped.
+    #[arg(long)]
+    pub no_hedging: bool,
     /// Seconds a silent peer has before it counts as lost.
     #[arg(long, env = "CCROUTE_IDLE_TIMEOUT", default_value_t = 5.0)]
     pub idle_timeout: f64,

@@ -223,6 +223,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     };
     config.core.longest_first = a.longest_first;
     config.core.speed_aware = !a.no_speed_aware;
+    config.hedging = !a.no_hedging;
     if a.no_optimizer {
         if let Some(o) = config.optimizer.as_mut() {
             o.tune_agents = false;

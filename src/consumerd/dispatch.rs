@@ -359,6 +359,7 @@ impl Dispatcher {
             ("inputs_task_bytes".into(), s.inputs_task_bytes),
             ("inputs_blob_bytes".into(), s.inputs_blob_bytes),
             ("text_task_bytes".into(), s.text_task_bytes),
+            ("stray_results".into(), s.stray_results),
         ]
         .into_iter()
         .chain(self.stats.text_reasons().into_iter().map(|(why, n)| (format!("text_because: {why}"), n)))

@@ -590,8 +590,15 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
             Message::TaskResult(header) => {
                 let waiter = lock(&inner.pending).remove(&header.task_id);
                 tracing::trace!(task = header.task_id, waited = waiter.is_some(), "result");
-                if let Some(p) = waiter {
-                    let _ = p.waiter.send(to_compiled(header, &frame.payload));
+                match waiter {
+                    Some(p) => {
+                        let _ = p.waiter.send(to_compiled(header, &frame.payload));
+                    }
+                    // Given up on meanwhile (its wrapper left, its deadline
+                    // passed), or — never — answered twice: counted.
+                    None => {
+                        stats.stray_results.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
             }
             Message::PreferredRemoteLimit(l) => {

@@ -270,6 +270,7 @@ pub struct Stats {
     text_task_bytes: AtomicU64,
     /// Bytes of inputs agents fetched from this consumerd, as sent (compressed).
     inputs_blob_bytes: AtomicU64,
+    stray_results: AtomicU64,
     text_reasons: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
@@ -308,6 +309,10 @@ pub struct StatsSnapshot {
     pub text_task_bytes: u64,
     /// Bytes of inputs agents fetched (compressed, as sent).
     pub inputs_blob_bytes: u64,
+    /// Results from the scheduler for no compile waiting here: given up on
+    /// before they came (a wrapper that left, a deadline passed), or
+    /// answered twice (which the scheduler never does).
+    pub stray_results: u64,
 }
 
 impl Stats {
@@ -332,6 +337,7 @@ impl Stats {
             inputs_task_bytes: get(&self.inputs_task_bytes),
             text_task_bytes: get(&self.text_task_bytes),
             inputs_blob_bytes: get(&self.inputs_blob_bytes),
+            stray_results: get(&self.stray_results),
         }
     }
 

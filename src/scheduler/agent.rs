@@ -156,6 +156,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
             }
             _ = check.tick() => {
+                if state.hedging {
+                    hedge_stragglers(&session, &mut dispatched, speed.given);
+                }
                 let limit = session.token_limit();
                 if limit != last_limit {
                     last_limit = limit;
@@ -190,9 +193,43 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     // Dropping the session places every task the agent held again.
 }
 
+/// A task runs this long at least before a copy of it may start.
+const HEDGE_FLOOR: Duration = Duration::from_secs(1);
+
+/// A task runs this many times its expected time (at its agent's speed)
+/// before a copy of it may start.
+const HEDGE_FACTOR: f64 = 2.0;
+
+/// Starts copies of this agent's tasks that run past [`HEDGE_FACTOR`] times
+/// what they were expected to take here, and at least [`HEDGE_FLOOR`], on
+/// idle agents ([`AgentSession::hedge`]: only when no task waits for them).
+/// A task not copied now is looked at again at the next check.
+fn hedge_stragglers(session: &AgentSession<NetJob>, dispatched: &mut HashMap<u64, Flight>, speed_milli: u32) {
+    let speed = f64::from(speed_milli.max(ccroute_core::MIN_SPEED)) / 1000.0;
+    for (id, f) in dispatched.iter_mut() {
+        let Some(e) = &f.expected else { continue };
+        if f.hedged {
+            continue;
+        }
+        let expected = Duration::from_micros(e.prediction.micros).div_f64(speed);
+        let ran = f.at.elapsed();
+        if ran > expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) && session.hedge(TaskId(*id)) {
+            f.hedged = true;
+            tracing::info!(
+                task = id,
+                ran_ms = ran.as_millis() as u64,
+                expected_ms = expected.as_millis() as u64,
+                "straggler copied to an idle agent"
+            );
+        }
+    }
+}
+
 /// A task dispatched to the agent and not answered yet.
 struct Flight {
     at: Instant,
+    /// A copy of it was started on another agent.
+    hedged: bool,
     /// How long it waited before its dispatch.
     queue: Duration,
     consumerd: u128,
@@ -373,6 +410,7 @@ async fn send_dispatch(
             state.metrics.sent(body.payload.len());
             let flight = Flight {
                 at: Instant::now(),
+                hedged: false,
                 queue,
                 consumerd: body.origin.0,
                 spec: body.header.spec.clone(),
@@ -392,6 +430,7 @@ async fn send_dispatch(
             }
             let flight = Flight {
                 at: Instant::now(),
+                hedged: false,
                 queue: Duration::ZERO,
                 consumerd: body.origin.0,
                 spec: body.header.spec.clone(),

@@ -79,6 +79,9 @@ pub struct ServerConfig {
     /// Where the cost model is kept across restarts (the cache's
     /// directory); `None`: in memory only.
     pub costs_dir: Option<std::path::PathBuf>,
+    /// Copy a task that runs well past its expected time to an idle agent
+    /// when nothing waits for that agent (straggler hedging; `agent::hedge_stragglers`).
+    pub hedging: bool,
 }
 
 impl ServerConfig {
@@ -97,6 +100,7 @@ impl ServerConfig {
             cache: None,
             metrics: None,
             costs_dir: None,
+            hedging: true,
         }
     }
 }
@@ -151,6 +155,8 @@ pub(crate) struct ServerState {
     pub(crate) costs: cost::Costs,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
+    /// Straggler hedging is on ([`ServerConfig::hedging`]).
+    pub(crate) hedging: bool,
 }
 
 impl ServerState {
@@ -222,6 +228,7 @@ impl Server {
             web: metrics.is_some().then(web::Web::default),
             costs,
             shutdown,
+            hedging: config.hedging,
         });
         Ok(Server { endpoint, metrics, state, max_connections: config.max_connections, grace: config.shutdown_grace })
     }
