@@ -155,6 +155,18 @@ fn start_build(c: &Cluster, tool: &str, dir: &Path, path_first: Option<&Path>) -
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
+/// `ccroute make` of a slow project of `units` in the cluster's dir, sampled
+/// from its start: where its objects go, the build, the sampler.
+fn make_slow_project(c: &Cluster, units: usize) -> (PathBuf, Child, Sampler) {
+    let dir = c.dir.path().join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    common::slow_project(&dir, units);
+    let out = dir.join("out");
+    let build = start_build(c, "make", &dir, None);
+    let sampler = Sampler::start(agent_pids(c), build.id(), out.clone());
+    (out, build, sampler)
+}
+
 fn finish_build(c: &Cluster, child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -180,12 +192,7 @@ fn make_without_j_keeps_the_farms_share_busy_and_local_compiles_within_the_slots
     let share = window.min(tokens(&c));
     assert!(share >= 4, "two agents of 3 should give a share of several: window {window}, tokens {}", tokens(&c));
     let units = 40;
-    let dir = c.dir.path().join("proj");
-    std::fs::create_dir_all(&dir).unwrap();
-    common::slow_project(&dir, units);
-    let out = dir.join("out");
-    let build = start_build(&c, "make", &dir, None);
-    let sampler = Sampler::start(agent_pids(&c), build.id(), out.clone());
+    let (out, build, sampler) = make_slow_project(&c, units);
     let text = finish_build(&c, build);
     let samples = sampler.finish();
     assert!(text.contains("with Descriptors") || text.contains("with Fifo"), "no jobserver was handed over:\n{text}");
@@ -219,12 +226,7 @@ fn the_jobserver_grows_when_the_farm_does() {
     let _serial = serial();
     let (mut c, before) = farm(&[2]);
     let units = 40;
-    let dir = c.dir.path().join("proj");
-    std::fs::create_dir_all(&dir).unwrap();
-    common::slow_project(&dir, units);
-    let out = dir.join("out");
-    let build = start_build(&c, "make", &dir, None);
-    let sampler = Sampler::start(agent_pids(&c), build.id(), out.clone());
+    let (out, build, sampler) = make_slow_project(&c, units);
     // Once a few units are done, a second agent joins: the window grows.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while common::files(&out, is_object).len() < 4 {

@@ -545,15 +545,17 @@ fn answer_all(agent: &mut ccroute_core::AgentSession<J>) {
     }
 }
 
-/// A task on agent `a` and a copy of it sent to agent `b` (straggler hedging).
-fn hedged() -> (
+type Hedged = (
     std::sync::Arc<Ends>,
     Scheduler<J>,
     ccroute_core::ConsumerdSession<J>,
     ccroute_core::AgentSession<J>,
     ccroute_core::AgentSession<J>,
     ccroute_core::TaskId,
-) {
+);
+
+/// A task running on agent `a`, and an idle agent `b` beside it.
+fn beside_an_idle_agent() -> Hedged {
     let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
     let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
     let mut cd = s.connect_consumerd(peer(1), &[tc()]);
@@ -563,8 +565,25 @@ fn hedged() -> (
     let id = t.id();
     drop(t);
     let b = s.connect_agent(peer(3), &[tc()], 1);
-    assert!(a.hedge(id), "an idle agent, nothing waiting: a copy starts");
     (ends, s, cd, a, b, id)
+}
+
+/// As [`beside_an_idle_agent`], with a copy of the task sent to `b`
+/// (straggler hedging).
+fn hedged() -> Hedged {
+    let (ends, s, cd, a, mut b, id) = beside_an_idle_agent();
+    assert!(a.hedge(id), "an idle agent, nothing waiting: a copy starts");
+    let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
+    drop(t);
+    (ends, s, cd, a, b, id)
+}
+
+/// The consumerd got exactly one answer, the task ended once, no token is held.
+fn assert_answered_once(cd: &mut ccroute_core::ConsumerdSession<J>, ends: &Ends, s: &Scheduler<J>) {
+    assert!(cd.poll_answer().is_some(), "no answer");
+    assert!(cd.poll_answer().is_none(), "answered twice");
+    assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+    assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
 }
 
 /// (h) Hedging: the task and its copy finish together on two agents. One
@@ -574,8 +593,6 @@ fn hedged() -> (
 fn two_copies_finishing_together_answer_once_and_free_both_tokens() {
     model(|| {
         let (ends, s, mut cd, mut a, mut b, id) = hedged();
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
-        drop(t);
         let ta = thread::spawn(move || {
             a.complete(id, true).unwrap();
             a
@@ -588,10 +605,7 @@ fn two_copies_finishing_together_answer_once_and_free_both_tokens() {
         let mut b = tb.join().unwrap();
         answer_all(&mut a);
         answer_all(&mut b);
-        assert!(cd.poll_answer().is_some(), "no answer");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        assert_answered_once(&mut cd, &ends, &s);
         drop((a, b, cd));
     });
 }
@@ -602,15 +616,7 @@ fn two_copies_finishing_together_answer_once_and_free_both_tokens() {
 #[test]
 fn a_hedge_racing_a_cancel_ends_once_and_leaks_no_token() {
     model(|| {
-        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
-        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a = s.connect_agent(peer(2), &[tc()], 1);
-        cd.submit(1, tc().key(), 0).unwrap();
-        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-        let id = t.id();
-        drop(t);
-        let mut b = s.connect_agent(peer(3), &[tc()], 1);
+        let (ends, s, mut cd, a, mut b, id) = beside_an_idle_agent();
         let ta = thread::spawn(move || {
             a.hedge(id);
             a
@@ -636,8 +642,6 @@ fn a_hedge_racing_a_cancel_ends_once_and_leaks_no_token() {
 fn the_original_agent_lost_while_the_copy_answers_ends_once() {
     model(|| {
         let (ends, s, mut cd, a, mut b, id) = hedged();
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
-        drop(t);
         let ta = thread::spawn(move || drop(a));
         let tb = thread::spawn(move || {
             b.complete(id, true).unwrap();
@@ -646,10 +650,7 @@ fn the_original_agent_lost_while_the_copy_answers_ends_once() {
         ta.join().unwrap();
         let mut b = tb.join().unwrap();
         answer_all(&mut b);
-        assert!(cd.poll_answer().is_some(), "no answer");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        assert_answered_once(&mut cd, &ends, &s);
         drop((b, cd));
     });
 }
@@ -659,19 +660,14 @@ fn the_original_agent_lost_while_the_copy_answers_ends_once() {
 #[test]
 fn both_agents_of_a_hedged_task_lost_at_once_place_it_once() {
     model(|| {
-        let (ends, s, mut cd, a, mut b, _) = hedged();
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
-        drop(t);
+        let (ends, s, mut cd, a, b, _) = hedged();
         let mut c = s.connect_agent(peer(4), &[tc()], 2);
         let ta = thread::spawn(move || drop(a));
         let tb = thread::spawn(move || drop(b));
         ta.join().unwrap();
         tb.join().unwrap();
         answer_all(&mut c);
-        assert!(cd.poll_answer().is_some(), "no answer");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert_eq!(s.agents()[0].tokens_in_use, 0, "token leaked");
+        assert_answered_once(&mut cd, &ends, &s);
         drop((c, cd));
     });
 }
@@ -681,15 +677,7 @@ fn both_agents_of_a_hedged_task_lost_at_once_place_it_once() {
 #[test]
 fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
     model(|| {
-        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
-        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a = s.connect_agent(peer(2), &[tc()], 1);
-        cd.submit(1, tc().key(), 0).unwrap();
-        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-        let id = t.id();
-        drop(t);
-        let b = s.connect_agent(peer(3), &[tc()], 1);
+        let (ends, s, mut cd, a, b, id) = beside_an_idle_agent();
         let ta = thread::spawn(move || {
             a.hedge(id);
             a
@@ -699,10 +687,7 @@ fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
         tb.join().unwrap();
         a.complete(id, true).unwrap();
         answer_all(&mut a);
-        assert!(cd.poll_answer().is_some(), "no answer");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        assert_answered_once(&mut cd, &ends, &s);
         drop((a, cd));
     });
 }
