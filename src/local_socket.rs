@@ -113,30 +113,29 @@ impl SocketPath {
 
     /// The lock a running consumerd holds.
     pub fn lock_path(&self) -> PathBuf {
-        let mut p = self.path.clone().into_os_string();
-        p.push(".lock");
-        PathBuf::from(p)
+        self.beside(".lock")
     }
 
     /// The jobserver pipe of the build `ccroute make` runs as process `pid` ([`crate::jobserver`]).
     pub fn jobserver_path(&self, pid: u32) -> PathBuf {
-        let mut p = self.path.clone().into_os_string();
-        p.push(format!(".jobserver.{pid}"));
-        PathBuf::from(p)
+        self.beside(&format!(".jobserver.{pid}"))
     }
 
     /// Where `ccroute make` puts the compiler names that lead to ccroute.
     pub fn masquerade_dir(&self) -> PathBuf {
+        self.beside(".bin")
+    }
+
+    /// The socket's path with `suffix` appended: the files that go with it.
+    fn beside(&self, suffix: &str) -> PathBuf {
         let mut p = self.path.clone().into_os_string();
-        p.push(".bin");
+        p.push(suffix);
         PathBuf::from(p)
     }
 
     /// Where a consumerd a wrapper started writes its output.
     pub fn log_path(&self) -> PathBuf {
-        let mut p = self.path.clone().into_os_string();
-        p.push(".log");
-        PathBuf::from(p)
+        self.beside(".log")
     }
 
     /// Creates the socket's directory if needed; a directory ccroute chose

@@ -440,8 +440,7 @@ fn pick_agent<'a, J: Job>(
                 if clearly_faster(speed, bs) {
                     return true;
                 }
-                // in_use/limit < best_in_use/best_limit, without division.
-                !clearly_faster(bs, speed) && u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit)
+                !clearly_faster(bs, speed) && lighter((in_use, limit), (bu, bl))
             };
             if free && (above == 0 || clearly_faster(speed, above)) && best.as_ref().is_none_or(better) {
                 best = Some((idx, in_use, limit, speed));
@@ -470,6 +469,12 @@ fn pick_agent<'a, J: Job>(
     }
 }
 
+/// Whether load `a` (tokens in use, limit) is below load `b`: `in_use / limit`
+/// compared without division.
+fn lighter(a: (u32, u32), b: (u32, u32)) -> bool {
+    u64::from(a.0) * u64::from(b.1) < u64::from(b.0) * u64::from(a.1)
+}
+
 /// An agent other than `not` with a free token, for a copy of a task `not`
 /// runs: the fastest, then the least loaded; with that token taken.
 pub(crate) fn pick_copy<J: Job>(agents: &[Arc<AgentEntry<J>>], not: u32) -> Option<&Arc<AgentEntry<J>>> {
@@ -481,9 +486,8 @@ pub(crate) fn pick_copy<J: Job>(agents: &[Arc<AgentEntry<J>>], not: u32) -> Opti
                 continue;
             }
             let speed = agent.speed.load(Ordering::Relaxed);
-            let better = best.is_none_or(|(_, bu, bl, bs)| {
-                speed > bs || (speed == bs && u64::from(in_use) * u64::from(bl) < u64::from(bu) * u64::from(limit))
-            });
+            let better =
+                best.is_none_or(|(_, bu, bl, bs)| speed > bs || (speed == bs && lighter((in_use, limit), (bu, bl))));
             if better {
                 best = Some((idx, in_use, limit, speed));
             }

@@ -77,13 +77,12 @@ pub enum Hand {
 pub fn run(tool: Tool, args: &[OsString]) -> Result<(), BoxError> {
     let config = crate::wrapper::Config::from_env();
     let outer = std::env::var_os("MAKEFLAGS").is_some_and(|f| f.to_string_lossy().contains("--jobserver-"));
-    let chosen = gives_jobs(args) || outer;
-    let asked = if chosen { Err("-j given".into()) } else { follow_size(&config) };
     let version = tool_version(tool);
+    let asked = if gives_jobs(args) || outer { None } else { Some(follow_size(&config)) };
     let (hand, feed) = match asked {
-        _ if chosen => (Hand::Nothing, None),
-        Ok((first, rx)) => (choose(tool, version.as_ref(), first.total()), Some((first, rx))),
-        Err(e) => {
+        None => (Hand::Nothing, None),
+        Some(Ok((first, rx))) => (choose(tool, version.as_ref(), first.total()), Some((first, rx))),
+        Some(Err(e)) => {
             let n = crate::host::online_cpus();
             eprintln!("ccroute: no consumerd to size a jobserver ({e}); {} runs with -j{n}", tool.program());
             (Hand::Jobs(n), None)
@@ -259,9 +258,10 @@ pub fn choose(tool: Tool, version: Option<&(u32, u32, bool)>, size: u32) -> Hand
 
 /// Whether the arguments set the parallelism: `-j`, `-jN`, `--jobs`, `--jobs=N`.
 pub fn gives_jobs(args: &[OsString]) -> bool {
-    args.iter().map(|a| a.to_string_lossy()).take_while(|a| a != "--").any(|a| {
-        a == "-j" || a == "--jobs" || a.starts_with("--jobs=") || (a.starts_with("-j") && !a.starts_with("--"))
-    })
+    args.iter()
+        .map(|a| a.to_string_lossy())
+        .take_while(|a| a != "--")
+        .any(|a| a.starts_with("-j") || a == "--jobs" || a.starts_with("--jobs="))
 }
 
 /// `(major, minor, is GNU make)` from the tool's `--version`.

@@ -123,8 +123,6 @@ pub(super) struct Dispatcher {
     direct: Option<Arc<DirectCache>>,
     /// Connections of builds (`ccroute make`) told the jobserver size at each change.
     jobserver_builds: std::collections::HashSet<ConnId>,
-    /// What they were last told.
-    jobserver_size: JobserverSize,
 }
 
 /// How long a remote compile may take before it is given up and the unit
@@ -188,7 +186,6 @@ impl Dispatcher {
             deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
             direct,
             jobserver_builds: std::collections::HashSet::new(),
-            jobserver_size: JobserverSize { local: config.local_slots.max(1), window: 0 },
         }
     }
 
@@ -313,20 +310,27 @@ impl Dispatcher {
 
     /// The remote window moved: slots follow, and builds' jobservers are told.
     fn set_window(&mut self, window: u32) {
+        let moved = window != self.slots.counts().window;
         self.slots.set_window(window);
-        if window != self.jobserver_size.window {
-            self.jobserver_size.window = window;
+        if moved {
             for id in &self.jobserver_builds {
-                self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size), vec![]));
+                self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size()), vec![]));
             }
         }
     }
 
+    /// What a build's jobserver should hold now: the local slots and the window.
+    fn jobserver_size(&self) -> JobserverSize {
+        let n = self.slots.counts();
+        JobserverSize { local: n.local_capacity, window: n.window }
+    }
+
     fn on_query(&mut self, id: ConnId, q: Query) {
         if q == Query::Jobserver {
-            debug!(conn = %id, size = ?self.jobserver_size, "a build follows the jobserver size");
+            let size = self.jobserver_size();
+            debug!(conn = %id, ?size, "a build follows the jobserver size");
             self.jobserver_builds.insert(id);
-            return self.ipc.send(id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size), vec![]));
+            return self.ipc.send(id, Outbound::Message(ConsumerdMsg::Jobserver(size), vec![]));
         }
         let Some(cache) = self.direct.clone() else {
             let report = ccroute_wire::local::CacheReport { counters: self.counters(), ..Default::default() };
