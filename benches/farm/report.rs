@@ -138,6 +138,10 @@ pub struct Figures {
     pub local: usize,
     pub makespan_s: f64,
     pub bound_s: f64,
+    /// One build's in-order reference (`Trace::in_order_makespan_us` on
+    /// this farm's tokens, no less than the link's term of the bound), farm
+    /// seconds; none for several builds.
+    pub reference_s: Option<f64>,
     pub dispatch_ms: (f64, f64, f64),
     pub tasks_per_s: f64,
     pub sched_us_per_task: f64,
@@ -176,6 +180,19 @@ impl Figures {
                 bound_s = bound_s.max(offsets[k] + bytes * 8.0 / s.rate_bps as f64);
             }
         }
+        let reference_s = match (s.builds.as_slice(), builds.as_slice()) {
+            ([(trace, _)], [b]) => {
+                let speeds: Vec<f64> =
+                    (0..s.agents).flat_map(|i| std::iter::repeat_n(s.speed(i), s.tokens as usize)).collect();
+                let link_s = if s.rate_bps > 0 {
+                    b.text_wire.max(b.object_wire) as f64 * 8.0 / s.rate_bps as f64
+                } else {
+                    0.0
+                };
+                Some((trace.in_order_makespan_us(s.jobs, &speeds) / 1e6).max(link_s))
+            }
+            _ => None,
+        };
         let start = builds.iter().map(|b| b.start_ns).min().unwrap_or(0);
         let end = builds.iter().map(|b| b.end_ns).max().unwrap_or(0);
         let wall_s = (end - start) as f64 / 1e9;
@@ -189,6 +206,7 @@ impl Figures {
             local: builds.iter().map(|b| b.local).sum(),
             makespan_s: wall_s / s.dilate,
             bound_s,
+            reference_s,
             dispatch_ms: (ms(quantile(&all, 0.5)), ms(quantile(&all, 0.99)), ms(all.last().copied().unwrap_or(0))),
             tasks_per_s: remote as f64 / wall_s.max(1e-9),
             sched_us_per_task: machine.sched_cpu_s * 1e6 / (machine.agents_completed.max(1)) as f64,
@@ -255,8 +273,8 @@ fn rate(bps: u64) -> String {
 
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| scenario | agents × tokens | RTT | rate | units | dilation | makespan s | lower bound s | ratio | dispatch p50 / p99 / max ms | p99 − RTT ms | tasks/s | scheduler CPU µs/task | local | builds vs alone |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | agents × tokens | RTT | rate | units | dilation | makespan s | lower bound s | ratio | in-order reference s | ÷ reference | dispatch p50 / p99 / max ms | p99 − RTT ms | tasks/s | scheduler CPU µs/task | local | builds vs alone |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let (s, f) = (&r.scenario, &r.figures);
@@ -266,11 +284,15 @@ pub fn table(rows: &[Row]) -> String {
         } else {
             f.builds.iter().map(|b| format!("{:.2}×", b.makespan_s / r.alone[0])).collect::<Vec<_>>().join(" ")
         };
+        let (reference, vs_reference) = match f.reference_s {
+            Some(r) => (format!("{r:.2}"), format!("{:.3}", f.makespan_s / r.max(1e-9))),
+            None => ("–".to_owned(), "–".to_owned()),
+        };
         let speeds = if s.slow > 0 { format!(" ({} at {})", s.slow, s.slow_speed) } else { String::new() };
         let jitter = if s.jitter_us > 0 { format!(" ± {} ms", s.jitter_us as f64 / 2000.0) } else { String::new() };
         let _ = writeln!(
             out,
-            "| {} | {} × {}{speeds} | {} ms{jitter} | {} | {} | {}× | {:.2} | {:.2} | {:.3} | {:.2} / {:.2} / {:.2} | {:.2} | {:.0} | {:.1} | {} | {shared} |",
+            "| {} | {} × {}{speeds} | {} ms{jitter} | {} | {} | {}× | {:.2} | {:.2} | {:.3} | {reference} | {vs_reference} | {:.2} / {:.2} / {:.2} | {:.2} | {:.0} | {:.1} | {} | {shared} |",
             s.name,
             s.agents,
             s.tokens,
@@ -336,7 +358,14 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
          - **lower bound**: the most of total recorded work ÷ capacity (Σ tokens × speed), the longest unit on the fastest\n  \
            host, the longest chain of dependencies, and the build's compressed texts (or objects) over its link's rate;\n  \
            for `shared`, the same from each build's start on. **ratio** =\n  \
-           makespan ÷ bound (1.00 is the fastest any placement could do).\n\
+           makespan ÷ bound (no placement does better than 1.00, but the build's own order may keep any from reaching it).\n\
+         - **in-order reference**: the makespan if the build's units, submitted in its own order as `make -jN` submits\n  \
+           them (a new one as soon as one ends), were each placed with no latency on the token that finishes it first\n  \
+           (`Trace::in_order_makespan_us`), and no less than the link's term of the bound. On equal hosts with N no\n  \
+           more than the tokens every unit starts when submitted whatever the placement, so this is the best the\n  \
+           build's order allows and **÷ reference** is what placement and transport lose; on unequal hosts it is a\n  \
+           reference, not a bound. The gap between the reference and the lower bound is the order's: a long unit the\n  \
+           build submits late ends late.\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \
            over every remote unit, in wall milliseconds as measured; it includes the payload's transfer. **p99 − RTT**\n  \
            subtracts the link's round trip as dilated (the goal: ≤ 1 ms).\n\

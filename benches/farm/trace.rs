@@ -136,6 +136,59 @@ impl Trace {
         finish.into_iter().max().unwrap_or(0)
     }
 
+    /// The build's makespan, microseconds, when it is driven as the replay
+    /// drives it (`make -jN`: the ready units in their order, a new one
+    /// submitted as soon as one of the N running ends, its dependants ready
+    /// when it ends) and each unit is placed at once, with no latency, on the
+    /// token of `speeds` (one entry per token) that would finish it first,
+    /// waiting for a busy faster token when that finishes sooner.
+    ///
+    /// Not a lower bound: a placement that knew the units still to come
+    /// could do better on unequal hosts. But on equal hosts with N no more
+    /// than the tokens, every unit starts when it is submitted whatever the
+    /// placement, so this is what the build's own order allows; the gap
+    /// between it and the lower bound is the order's, not the scheduler's.
+    pub fn in_order_makespan_us(&self, jobs: usize, speeds: &[f64]) -> f64 {
+        use std::cmp::Reverse;
+        use std::collections::{BinaryHeap, VecDeque};
+        if speeds.is_empty() {
+            return f64::INFINITY;
+        }
+        // Times as integer nanoseconds, for a total order in the heaps.
+        let mut free_at = vec![0u64; speeds.len()];
+        let mut waiting_on: Vec<usize> = self.units.iter().map(|u| u.after.len()).collect();
+        let mut dependants: Vec<Vec<u32>> = vec![Vec::new(); self.units.len()];
+        for u in &self.units {
+            for &a in &u.after {
+                dependants[a as usize].push(u.seq);
+            }
+        }
+        let mut ready: VecDeque<u32> = self.units.iter().filter(|u| u.after.is_empty()).map(|u| u.seq).collect();
+        let mut running: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+        let (mut now, mut end) = (0u64, 0u64);
+        loop {
+            while running.len() < jobs.max(1) {
+                let Some(seq) = ready.pop_front() else { break };
+                let cost_ns = self.units[seq as usize].cpu_us as f64 * 1000.0;
+                let finish = |t: usize| free_at[t].max(now) + (cost_ns / speeds[t].max(1e-9)).round() as u64;
+                let best = (0..speeds.len()).min_by_key(|&t| (finish(t), free_at[t])).unwrap_or(0);
+                let done = finish(best);
+                free_at[best] = done;
+                running.push(Reverse((done, seq)));
+            }
+            let Some(Reverse((done, seq))) = running.pop() else { break };
+            now = done;
+            end = end.max(done);
+            for &d in &dependants[seq as usize] {
+                waiting_on[d as usize] -= 1;
+                if waiting_on[d as usize] == 0 {
+                    ready.push_back(d);
+                }
+            }
+        }
+        end as f64 / 1000.0
+    }
+
     /// A project of `n` units drawn from the units of `from` (uniformly over
     /// all their units, with replacement, by a fixed seed), in random order,
     /// without dependencies: a large build whose units are distributed as
@@ -203,6 +256,29 @@ mod tests {
         assert_eq!(g.units.len(), 1000);
         assert!(g.units.iter().all(|u| [5, 7, 3].contains(&u.cpu_us) && u.after.is_empty()));
         assert_eq!(g, Trace::generate(1000, &[t], 7), "the same seed draws the same project");
+    }
+
+    #[test]
+    fn in_order_makespan_follows_the_builds_order() {
+        // Two tokens, make -j2: the long unit submitted last ends the build
+        // at 1 + 10, though the lower bound (the longest unit) is 10.
+        let late = Trace {
+            name: "t".into(),
+            about: "a test".into(),
+            units: vec![unit(0, 1, vec![]), unit(1, 1, vec![]), unit(2, 10, vec![])],
+        };
+        assert_eq!(late.in_order_makespan_us(2, &[1.0, 1.0]), 11.0);
+        // The same units, the long one first: 10.
+        let early = Trace { units: vec![unit(0, 10, vec![]), unit(1, 1, vec![]), unit(2, 1, vec![])], ..late.clone() };
+        assert_eq!(early.in_order_makespan_us(2, &[1.0, 1.0]), 10.0);
+        // A dependency waits for its unit: 5 then 3.
+        let chain = Trace { units: vec![unit(0, 5, vec![]), unit(1, 3, vec![0])], ..late.clone() };
+        assert_eq!(chain.in_order_makespan_us(4, &[1.0; 4]), 8.0);
+        // A slow free token loses to a fast one that frees sooner: the
+        // second unit waits 4 for the fast token (4 + 4) rather than take
+        // 4 / 0.25 = 16 on the slow one.
+        let two = Trace { units: vec![unit(0, 4, vec![]), unit(1, 4, vec![])], ..late };
+        assert_eq!(two.in_order_makespan_us(2, &[1.0, 0.25]), 8.0);
     }
 
     #[test]
