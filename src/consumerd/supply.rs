@@ -77,6 +77,8 @@ impl Supply {
         inputs_sent: &std::sync::atomic::AtomicU64,
     ) {
         let mut reader = FrameReader::new(recv, peer, Limits::DEFAULT);
+        // Bulk data: below the control stream (see `net::send_on_new_stream`).
+        let _ = send.set_priority(-1);
         // Two blobs in flight at most: a compiler's largest file is tens of MB.
         let writer = FrameWriter::spawn(send, peer, 2);
         let mut current = Serving::Nothing;

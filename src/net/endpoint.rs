@@ -87,6 +87,15 @@ impl TransportOptions {
             .stream_receive_window(VarInt::from_u32(self.stream_receive_window))
             .receive_window(VarInt::from_u32(self.receive_window))
             .send_window(self.send_window)
+            // Streams of one priority are sent first come, first served, not
+            // round-robin: on a link the host can just fill, round-robin
+            // shares it among every payload in flight, so each arrives as
+            // late as the last (a consumerd with 40 sources on the way: each
+            // took ~40x its own time, and agents idled waiting for them).
+            // FIFO finishes the first payload first and lets its agent start.
+            // The control stream stays ahead at priority 0; every bulk
+            // stream (payloads, results, fetch answers) sends at -1.
+            .send_fairness(false)
             // ccroute sends no datagrams.
             .datagram_receive_buffer_size(None);
         Ok(config)

@@ -281,6 +281,8 @@ pub(crate) async fn relay(
     mut a_send: quinn::SendStream,
     mut a_recv: quinn::RecvStream,
 ) {
+    // Bulk data towards the agent: below its control stream.
+    let _ = a_send.set_priority(-1);
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_frame(&mut a_recv)).await {
         Ok(Ok(r)) => r,
         Ok(Err(why)) => {
