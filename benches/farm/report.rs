@@ -150,6 +150,16 @@ pub struct Figures {
     pub agents: usize,
 }
 
+/// Every text goes up the build's link and every object comes down it:
+/// neither direction faster than the link's rate. Seconds; 0 on an
+/// unshaped link.
+fn link_s(s: &Scenario, b: &Build) -> f64 {
+    if s.rate_bps == 0 {
+        return 0.0;
+    }
+    b.text_wire.max(b.object_wire) as f64 * 8.0 / s.rate_bps as f64
+}
+
 fn quantile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -173,23 +183,13 @@ impl Figures {
             let later: f64 =
                 builds.iter().zip(&offsets).filter(|(_, o)| **o >= offsets[k]).map(|(b, _)| b.work_us as f64).sum();
             bound_s = bound_s.max(offsets[k] + later / 1e6 / capacity);
-            // Every text goes up the build's link and every object comes
-            // down it: neither direction faster than the link's rate.
-            if s.rate_bps > 0 {
-                let bytes = b.text_wire.max(b.object_wire) as f64;
-                bound_s = bound_s.max(offsets[k] + bytes * 8.0 / s.rate_bps as f64);
-            }
+            bound_s = bound_s.max(offsets[k] + link_s(s, b));
         }
         let reference_s = match (s.builds.as_slice(), builds.as_slice()) {
             ([(trace, _)], [b]) => {
                 let speeds: Vec<f64> =
                     (0..s.agents).flat_map(|i| std::iter::repeat_n(s.speed(i), s.tokens as usize)).collect();
-                let link_s = if s.rate_bps > 0 {
-                    b.text_wire.max(b.object_wire) as f64 * 8.0 / s.rate_bps as f64
-                } else {
-                    0.0
-                };
-                Some((trace.in_order_makespan_us(s.jobs, &speeds) / 1e6).max(link_s))
+                Some((trace.in_order_makespan_us(s.jobs, &speeds) / 1e6).max(link_s(s, b)))
             }
             _ => None,
         };
