@@ -81,8 +81,13 @@ impl<J: Job> Router<J> {
     }
 
     /// Attaches an agent to the route for `toolchain`, creating the route.
-    pub(crate) fn attach_agent(&self, toolchain: &Toolchain, agent: &Arc<AgentEntry<J>>) -> Arc<Route<J>> {
-        let key = toolchain.key();
+    /// `key` is `toolchain.key()`, computed once by the caller.
+    pub(crate) fn attach_agent(
+        &self,
+        key: ToolchainKey,
+        toolchain: &Toolchain,
+        agent: &Arc<AgentEntry<J>>,
+    ) -> Arc<Route<J>> {
         self.routes.with_entry(
             key,
             || Arc::new(Route::new(key)),

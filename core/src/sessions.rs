@@ -282,7 +282,9 @@ impl<J: Job> AgentSession<J> {
     /// detaching it from old ones, without touching any other peer (kubecc
     /// B9). Tasks it runs for a dropped toolchain finish normally.
     pub fn set_toolchains(&mut self, toolchains: &[Toolchain]) {
-        let wanted: HashSet<ToolchainKey> = toolchains.iter().map(Toolchain::key).collect();
+        // Each key once: hashing a toolchain is the dearest step here.
+        let keyed: Vec<(ToolchainKey, &Toolchain)> = toolchains.iter().map(|tc| (tc.key(), tc)).collect();
+        let wanted: HashSet<ToolchainKey> = keyed.iter().map(|(key, _)| *key).collect();
         let current = self.entry.routes.load();
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
@@ -295,10 +297,9 @@ impl<J: Job> AgentSession<J> {
         }
         let have: HashSet<ToolchainKey> = kept.iter().map(|r| r.key).collect();
         let mut seen = HashSet::new();
-        for tc in toolchains {
-            let key = tc.key();
+        for &(key, tc) in &keyed {
             if !have.contains(&key) && seen.insert(key) {
-                kept.push(self.core.router.attach_agent(tc, &self.entry));
+                kept.push(self.core.router.attach_agent(key, tc, &self.entry));
             }
         }
         drop(current);
@@ -580,12 +581,12 @@ impl<J: Job> ConsumerdSession<J> {
     /// get its lane; dropped ones stop listing it. Tasks in flight are
     /// untouched, and no other peer is disturbed (kubecc B9).
     pub fn set_toolchains(&mut self, toolchains: &[Toolchain]) {
-        let wanted: HashSet<ToolchainKey> = toolchains.iter().map(Toolchain::key).collect();
+        let keyed: Vec<(ToolchainKey, &Toolchain)> = toolchains.iter().map(|tc| (tc.key(), tc)).collect();
+        let wanted: HashSet<ToolchainKey> = keyed.iter().map(|(key, _)| *key).collect();
         for (key, (_, lane)) in &self.lanes {
             lane.advertised.store(wanted.contains(key), Ordering::Relaxed);
         }
-        for tc in toolchains {
-            let key = tc.key();
+        for &(key, tc) in &keyed {
             if !self.lanes.contains_key(&key) {
                 let attached = self.core.router.attach_lane(key, Some(tc), &self.entry, true);
                 self.lanes.insert(key, attached);

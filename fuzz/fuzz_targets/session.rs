@@ -70,6 +70,7 @@ fuzz_target!(|data: &[u8]| {
     let speed_aware = data.first().is_some_and(|b| b & 2 == 2);
     let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first, speed_aware });
     let both = [tc(0), tc(1)];
+    let keys = [both[0].key(), both[1].key()];
     let mut cds: Vec<Cd> = (0..2)
         .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: HashSet::new() })
         .collect();
@@ -86,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
                 next_id += 1;
                 // Costs from 0 to ~25 s: every cost class.
                 let cost = id.wrapping_mul(97_003) % 25_000_000;
-                if cds[ci].session.submit(id, tc(b / 3).key(), cost).is_ok() {
+                if cds[ci].session.submit(id, keys[usize::from(b / 3 % 2)], cost).is_ok() {
                     cds[ci].open.insert(id);
                 }
             }
