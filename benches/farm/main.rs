@@ -621,6 +621,17 @@ impl Proc {
     }
 }
 
+/// The relay's counts at the end of a run ([`relay::parse_counts`]): its
+/// stdin closed, it prints them once more and exits (within 5 s).
+fn relay_counts(relay: &mut Proc, log: &Path) -> Option<[u64; 4]> {
+    drop(relay.child.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && !matches!(relay.child.try_wait(), Ok(Some(_))) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    relay::parse_counts(&std::fs::read_to_string(log).ok()?)
+}
+
 /// SIGTERM, then up to `wait` for the process to exit (it is killed when
 /// dropped if it did not).
 fn stop_gracefully(p: &mut Proc, wait: Duration) {
@@ -958,6 +969,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     }
     let cpu_after = cpu_seconds(sched_pid);
     let relay_cpu = cpu_seconds(relay_pid) - relay_cpu_before;
+    let link_drops = net.link_drops()?;
     let after = status(&net.hub, &tls)?;
     let agents_started = agents_started_settled(&net.hub, &tls, s.agents)? - started_before;
     let mut builds = Vec::new();
@@ -981,6 +993,8 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             relay_added,
             relay_cpu_s: relay_cpu,
             agents_started,
+            link_drops,
+            relay_counts: relay_counts(&mut relay, &w.join("relay.log")),
         },
     );
     drop(clients);

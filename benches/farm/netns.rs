@@ -200,6 +200,16 @@ fn set_loss_in(ns: &str, permille: u32) -> Result<(), String> {
 }
 
 impl Net {
+    /// Packets the farm's queueing disciplines (every link's `tbf`, both
+    /// ends) have dropped so far: a link's queue overflowed.
+    pub fn link_drops(&self) -> Result<u64, String> {
+        let mut total = 0;
+        for ns in std::iter::once(&self.hub).chain(&self.hosts) {
+            total += qdisc_drops(&run("tc", &["-n", ns, "-s", "qdisc", "show"])?);
+        }
+        Ok(total)
+    }
+
     /// Kills every process in the farm's namespaces and removes them.
     pub fn remove(&self) {
         remove_tagged(&self.tag);
@@ -258,5 +268,33 @@ fn remove_stale() {
             eprintln!("farm: removing namespaces a stopped run left ({tag}-*)");
             remove_tagged(&tag);
         }
+    }
+}
+
+/// The packets dropped in `tc -s qdisc show`'s output, summed over its
+/// queueing disciplines (each has a line `Sent B bytes P pkt (dropped D, ...`).
+pub fn qdisc_drops(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once("(dropped ")?.1.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[allow(unused_imports)] // used by the tests, which only the test harness build runs
+    use super::*;
+
+    #[test]
+    fn drops_are_summed_over_every_queueing_discipline() {
+        let shown = "qdisc noqueue 0: dev lo root refcnt 2 \n \
+             Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n \
+             backlog 0b 0p requeues 0\n\
+             qdisc tbf 8001: dev fb3 root refcnt 2 rate 250Mbit burst 312500b lat 50ms \n \
+             Sent 73381202 bytes 52104 pkt (dropped 17, overlimits 3110 requeues 0) \n \
+             backlog 0b 0p requeues 0\n\
+             qdisc tbf 8002: dev fb4 root refcnt 2 rate 250Mbit burst 312500b lat 50ms \n \
+             Sent 1200 bytes 9 pkt (dropped 1205, overlimits 0 requeues 0) \n";
+        assert_eq!(qdisc_drops(shown), 1222);
+        assert_eq!(qdisc_drops(""), 0);
     }
 }

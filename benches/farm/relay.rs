@@ -79,6 +79,42 @@ struct Queue {
 pub struct Counters {
     pub forwarded: AtomicU64,
     pub dropped: AtomicU64,
+    /// Datagrams sent more than [`LATE`] after they were due: the relay's
+    /// own thread was not on a CPU in time (the delay it gives is then
+    /// longer than the link's).
+    pub late: AtomicU64,
+    /// The most any datagram was sent after it was due, µs.
+    pub latest_us: AtomicU64,
+}
+
+/// How late a datagram is sent before it counts as late.
+pub const LATE: Duration = Duration::from_millis(1);
+
+impl Counters {
+    /// The line the relay prints (the harness reads the last one).
+    fn line(&self) -> String {
+        format!(
+            "relay: forwarded {} datagrams, dropped {} (socket buffers full), {} sent over {} µs late (at worst {} µs)",
+            self.forwarded.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+            self.late.load(Ordering::Relaxed),
+            LATE.as_micros(),
+            self.latest_us.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The counts of the last of the relay's lines in `log`: forwarded,
+/// dropped, late, at worst (µs).
+pub fn parse_counts(log: &str) -> Option<[u64; 4]> {
+    let line = log.lines().rev().find(|l| l.starts_with("relay: forwarded"))?;
+    let nums: Vec<u64> =
+        line.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect();
+    // forwarded, dropped, late, the threshold, at worst.
+    match nums[..] {
+        [forwarded, dropped, late, _, worst] => Some([forwarded, dropped, late, worst]),
+        _ => None,
+    }
 }
 
 struct Link {
@@ -107,12 +143,12 @@ pub fn run(listen_ip: std::net::IpAddr, upstream: SocketAddr, specs: &[LinkSpec]
         let _ = io::copy(&mut io::stdin(), &mut io::sink());
         let _ = tx.send(());
     });
-    let mut last = (0, 0);
+    let mut last = String::new();
     loop {
         let closed = rx.recv_timeout(Duration::from_secs(2)).is_ok();
-        let now = (counters.forwarded.load(Ordering::Relaxed), counters.dropped.load(Ordering::Relaxed));
+        let now = counters.line();
         if now != last || closed {
-            eprintln!("relay: forwarded {} datagrams, dropped {} (socket buffers full)", now.0, now.1);
+            eprintln!("{now}");
             last = now;
         }
         if closed {
@@ -240,6 +276,11 @@ fn send_loop(links: &[Link], queue: &Queue, counters: &Counters) {
             Some(_) => {
                 let Some(Reverse(p)) = heap.pop() else { continue };
                 drop(heap);
+                let late = now.saturating_duration_since(p.due);
+                if late > LATE {
+                    counters.late.fetch_add(1, Ordering::Relaxed);
+                }
+                counters.latest_us.fetch_max(u64::try_from(late.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
                 let link = &links[p.socket / 2];
                 let sent = if p.socket % 2 == 0 { link.down.send_to(&p.bytes, p.to) } else { link.up.send(&p.bytes) };
                 match sent {
@@ -317,4 +358,24 @@ fn self_test(ip: std::net::IpAddr) -> io::Result<(u64, u64)> {
         pick(&relayed, 0.5).saturating_sub(pick(&straight, 0.5)),
         pick(&relayed, 0.99).saturating_sub(pick(&straight, 0.99)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[allow(unused_imports)] // used by the tests, which only the test harness build runs
+    use super::*;
+
+    #[test]
+    fn the_last_counts_line_is_read() {
+        let c = Counters::default();
+        c.forwarded.store(120_345, Ordering::Relaxed);
+        c.dropped.store(2, Ordering::Relaxed);
+        c.late.store(7_001, Ordering::Relaxed);
+        c.latest_us.store(48_113, Ordering::Relaxed);
+        let log = format!("relay: forwarded 5 datagrams, dropped 0 (socket buffers full)\nnoise 1 2 3\n{}\n", c.line());
+        assert_eq!(parse_counts(&log), Some([120_345, 2, 7_001, 48_113]));
+        assert_eq!(parse_counts("nothing here"), None);
+        // A line of another shape is not misread.
+        assert_eq!(parse_counts("relay: forwarded 5 datagrams, dropped 0 (socket buffers full)"), None);
+    }
 }

@@ -128,6 +128,27 @@ pub struct Machine {
     /// across reconnections): with the units compiled locally, more than the
     /// units means a unit compiled twice.
     pub agents_started: u64,
+    /// Packets the links' queues dropped.
+    pub link_drops: u64,
+    /// The relay's datagrams: forwarded, dropped, sent over a millisecond
+    /// late, and the latest of them (µs); `None` when it did not say.
+    pub relay_counts: Option<[u64; 4]>,
+}
+
+impl Machine {
+    /// What the network lost or held up in the run, in a sentence.
+    pub fn losses(&self) -> String {
+        let relay = match self.relay_counts {
+            Some([forwarded, dropped, late, worst]) => format!(
+                "the relay forwarded {forwarded} datagrams, dropped {dropped}, and sent {late} ({:.2} %) over 1 ms \
+                 after they were due (at worst {:.1} ms)",
+                late as f64 * 100.0 / forwarded.max(1) as f64,
+                worst as f64 / 1000.0
+            ),
+            None => "the relay's counts were not read".into(),
+        };
+        format!("The links' queues dropped {} packets; {relay}.", self.link_drops)
+    }
 }
 
 /// A run's figures.
@@ -424,6 +445,7 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
             quantile(&stream, 0.99) as f64 / 1e6,
             if r.alone.is_empty() { String::new() } else { format!(" Alone: {:.2} s.", r.alone[0]) },
         );
+        let _ = writeln!(md, "  {}", f.machine.losses());
     }
     if let Some(s) = scale {
         md.push_str("\n## scale: the scheduler itself\n\n");
