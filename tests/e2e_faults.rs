@@ -100,20 +100,24 @@ fn local_compiles(c: &Cluster) -> u64 {
     get("local") + get("fallback")
 }
 
+/// Copies of stragglers the running scheduler has started (hedging), from
+/// its log.
+fn copies(c: &Cluster) -> usize {
+    c.scheduler.as_ref().map_or(0, |s| s.log_text().matches("straggler copied to an idle agent").count())
+}
+
 /// The scheduler is `kill -9`ed at 25 %, 50 % and 90 % of a real build
 /// and a new one started on its address at once: the agents keep compiling
 /// through the gap, the consumerd sends its tasks in flight again, and the
 /// new scheduler gives each to the agent that still runs it. Every object is
-/// the local build's, and no unit is compiled twice: the agents' compiles
-/// and the consumerd's own add up to the units. Build times are printed
-/// against the same build without a fault (not asserted: shared machine).
-///
-/// Hedging is off: a restarted scheduler has lost the cost model it learnt
-/// (a `kill -9` writes nothing), so it may copy an adopted unit that runs
-/// past twice its cold guess to an idle agent, a second compile made on
-/// purpose that this count cannot tell from one a restart caused (CI saw
-/// one: 21 on agents + 4 local for 24 units, with "straggler copied" in the
-/// new scheduler's log).
+/// the local build's, and no unit is compiled twice by the fault: the
+/// agents' compiles and the consumerd's own add up to the units, plus at
+/// most the copies of stragglers the schedulers started on purpose
+/// (hedging is on, as it is by default: on two busy cores a unit often runs
+/// past twice its expected time near a build's end, and a restarted
+/// scheduler judges adopted units by a model up to 30 s old). Build times
+/// are printed against the same build without a fault (not asserted:
+/// shared machine).
 #[test]
 fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
     let dir = tempfile::tempdir().unwrap();
@@ -124,7 +128,7 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
     assert_eq!(expected.len(), UNITS);
 
     let mut c = Cluster::new();
-    let addr = c.start_scheduler(&["--no-cache", "--no-hedging"]);
+    let addr = c.start_scheduler(&["--no-cache"]);
     let listen = addr.to_string();
     for _ in 0..2 {
         c.start_agent_logged(&["--jobs", "3", "--no-shipping"], Some("info,ccroute::agent::executor=debug"));
@@ -134,7 +138,9 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
     let cc = format!("CC={} gcc", common::ccroute().display());
     let mut restarts = 0;
     let mut build = |c: &mut Cluster, name: &str, kill_at: Option<usize>| -> Duration {
-        let (compiled_before, local_before) = (agent_compiles(c), local_compiles(c));
+        let (compiled_before, local_before, copies_before) = (agent_compiles(c), local_compiles(c), copies(c));
+        // The copies made by the schedulers killed during this build.
+        let mut copies_of_killed = 0;
         let out_dir = dir.path().join(name);
         let mut make = Command::new("make");
         make.current_dir(dir.path()).args(["-j6", &format!("BUILD={name}"), &cc]);
@@ -156,8 +162,9 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
                 std::thread::sleep(Duration::from_millis(10));
             }
             c.scheduler.as_mut().unwrap().kill();
+            copies_of_killed = copies(c) - copies_before;
             restarts += 1;
-            c.start_scheduler_as(&format!("scheduler-{restarts}"), &listen, &["--no-cache", "--no-hedging"]);
+            c.start_scheduler_as(&format!("scheduler-{restarts}"), &listen, &["--no-cache"]);
         }
         let out = child.wait_with_output().unwrap();
         let took = started.elapsed();
@@ -165,13 +172,18 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
         assert_same_objects(&expected, &common::objects(&out_dir));
         let compiled = agent_compiles(c) - compiled_before;
         let local = usize::try_from(local_compiles(c) - local_before).unwrap();
-        assert_eq!(
-            compiled + local,
-            UNITS,
-            "{name}: the agents compiled {compiled} units and the consumerd {local}, for {UNITS} units\n{}",
+        let copied = if kill_at.is_some() { copies_of_killed + copies(c) } else { copies(c) - copies_before };
+        // A copy its agent had not started when the other answered is no compile.
+        assert!(
+            (UNITS..=UNITS + copied).contains(&(compiled + local)),
+            "{name}: the agents compiled {compiled} units and the consumerd {local}, for {UNITS} units and \
+             {copied} copies of stragglers\n{}",
             c.logs()
         );
-        eprintln!("{name}: {:.2} s, {compiled} units compiled on agents, {local} here", took.as_secs_f64());
+        eprintln!(
+            "{name}: {:.2} s, {compiled} units compiled on agents, {local} here; {copied} copies of stragglers started",
+            took.as_secs_f64()
+        );
         took
     };
     let fault_free = build(&mut c, "fault-free", None);
