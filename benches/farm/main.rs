@@ -970,6 +970,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     let cpu_after = cpu_seconds(sched_pid);
     let relay_cpu = cpu_seconds(relay_pid) - relay_cpu_before;
     let link_drops = net.link_drops()?;
+    let socket_drops = net.socket_drops()?;
     let after = status(&net.hub, &tls)?;
     let agents_started = agents_started_settled(&net.hub, &tls, s.agents)? - started_before;
     let mut builds = Vec::new();
@@ -994,6 +995,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             relay_cpu_s: relay_cpu,
             agents_started,
             link_drops,
+            socket_drops,
             relay_counts: relay_counts(&mut relay, &w.join("relay.log")),
         },
     );

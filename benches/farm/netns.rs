@@ -210,6 +210,20 @@ impl Net {
         Ok(total)
     }
 
+    /// UDP datagrams the farm's sockets had no room for (`RcvbufErrors` of
+    /// `/proc/net/snmp`, summed over the namespaces): a receiver did not
+    /// read fast enough and its socket's buffer was full.
+    /// The hub's (the scheduler and the relay), then the hosts' together.
+    pub fn socket_drops(&self) -> Result<(u64, u64), String> {
+        let read = |ns: &str| run("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]).map(|s| udp_rcvbuf_errors(&s));
+        let hub = read(&self.hub)?;
+        let mut hosts = 0;
+        for ns in &self.hosts {
+            hosts += read(ns)?;
+        }
+        Ok((hub, hosts))
+    }
+
     /// Kills every process in the farm's namespaces and removes them.
     pub fn remove(&self) {
         remove_tagged(&self.tag);
@@ -279,6 +293,19 @@ pub fn qdisc_drops(text: &str) -> u64 {
         .sum()
 }
 
+/// `RcvbufErrors` of the `Udp:` lines of `/proc/net/snmp` (a line of
+/// names, then one of values); 0 when absent.
+pub fn udp_rcvbuf_errors(snmp: &str) -> u64 {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     #[allow(unused_imports)] // used by the tests, which only the test harness build runs
@@ -296,5 +323,16 @@ mod tests {
              Sent 1200 bytes 9 pkt (dropped 1205, overlimits 0 requeues 0) \n";
         assert_eq!(qdisc_drops(shown), 1222);
         assert_eq!(qdisc_drops(""), 0);
+    }
+
+    #[test]
+    fn receive_buffer_errors_are_read_from_the_udp_lines() {
+        let snmp = "Tcp: RtoAlgorithm InErrs\nTcp: 1 5\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 3037626 3805 142665 3188700 142660 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 0 0 0 0 7 0\n";
+        assert_eq!(udp_rcvbuf_errors(snmp), 142_660);
+        assert_eq!(udp_rcvbuf_errors("Tcp: A\nTcp: 1\n"), 0);
     }
 }

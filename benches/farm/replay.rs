@@ -128,6 +128,19 @@ pub async fn run(config: ReplayConfig) -> Result<Vec<Answer>, String> {
     fill_noise(&mut pool, 0x9e37_79b9_7f4a_7c15 ^ u64::from(config.name.len() as u32));
     let pool: Bytes = pool.into();
     let answers = drive(&link, &config, &pool).await;
+    if let Some(t) = link.transport_stats() {
+        eprintln!(
+            "replay transport: rtt {:?}, cwnd {} B, congestion events {}, lost packets {} ({} B), sent {} packets ({} B), black holes {}",
+            t.path.rtt,
+            t.path.cwnd,
+            t.path.congestion_events,
+            t.path.lost_packets,
+            t.path.lost_bytes,
+            t.path.sent_packets,
+            t.udp_tx.bytes,
+            t.path.black_holes_detected
+        );
+    }
     stop.cancel();
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;

@@ -130,6 +130,9 @@ pub struct Machine {
     pub agents_started: u64,
     /// Packets the links' queues dropped.
     pub link_drops: u64,
+    /// Datagrams dropped at a full socket receive buffer: in the hub's
+    /// namespace (the scheduler's and the relay's sockets), in the hosts'.
+    pub socket_drops: (u64, u64),
     /// The relay's datagrams: forwarded, dropped, sent over a millisecond
     /// late, and the latest of them (µs); `None` when it did not say.
     pub relay_counts: Option<[u64; 4]>,
@@ -147,7 +150,11 @@ impl Machine {
             ),
             None => "the relay's counts were not read".into(),
         };
-        format!("The links' queues dropped {} packets; {relay}.", self.link_drops)
+        format!(
+            "The links' queues dropped {} packets; full socket buffers {} datagrams in the scheduler's namespace and {} \
+             in the hosts'; {relay}.",
+            self.link_drops, self.socket_drops.0, self.socket_drops.1
+        )
     }
 }
 

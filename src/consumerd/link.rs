@@ -153,6 +153,12 @@ impl Link {
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
     }
+
+    /// The transport's figures of the connection now (round trip,
+    /// congestion window, packets lost), if connected.
+    pub fn transport_stats(&self) -> Option<quinn::ConnectionStats> {
+        lock(&self.inner.current).as_ref().map(|c| c.conn.stats())
+    }
 }
 
 impl Remote for Link {

@@ -124,10 +124,43 @@ pub fn server_endpoint(addr: SocketAddr, identity: &Identity, opts: &TransportOp
     // A reset is always smaller than the packet that prompted it (no loop,
     // no amplification): a farm's agents may all be told in the same second.
     endpoint_config.min_reset_interval(Duration::from_millis(1));
-    let socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+    let socket = bind_udp(addr)?;
     let runtime = quinn::default_runtime()
         .ok_or_else(|| NetError::Bind { addr, source: std::io::Error::other("no async runtime") })?;
     Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(|source| NetError::Bind { addr, source })
+}
+
+/// The socket buffers every endpoint asks for, each way: a burst of a few
+/// thousand datagrams (a scheduler hearing from many peers at once, an
+/// agent or consumerd receiving a large payload) must wait in the buffer,
+/// not be dropped there. Linux's default (208 KiB) drops them: each drop
+/// is a loss to QUIC, whose congestion window then shrinks, and on a link
+/// of tens of milliseconds it grows back slowly (the farm harness's `wan`
+/// saw ~1,000 such drops and a window stuck at ~10 MB/s).
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Binds a UDP socket on `addr` with [`SOCKET_BUFFER`]s. The kernel caps
+/// the sizes at `net.core.rmem_max` / `wmem_max`: below a quarter of what
+/// was asked (Linux reports twice what it grants), says once what to raise.
+pub(super) fn bind_udp(addr: SocketAddr) -> Result<std::net::UdpSocket, NetError> {
+    use quinn::udp::{UdpSockRef, UdpSocketState};
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+    let state = UdpSocketState::new(UdpSockRef::from(&socket)).map_err(|source| NetError::Bind { addr, source })?;
+    // Failing to enlarge is not failing to bind: the sizes are checked below.
+    let _ = state.set_recv_buffer_size(UdpSockRef::from(&socket), SOCKET_BUFFER);
+    let _ = state.set_send_buffer_size(UdpSockRef::from(&socket), SOCKET_BUFFER);
+    let got = state.recv_buffer_size(UdpSockRef::from(&socket)).unwrap_or(0);
+    if got < SOCKET_BUFFER / 4 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            asked = SOCKET_BUFFER,
+            granted = got,
+            "the kernel gave this QUIC socket a small receive buffer: bursts will be dropped and transfers slowed; \
+             raise it with `sysctl -w net.core.rmem_max={SOCKET_BUFFER} net.core.wmem_max={SOCKET_BUFFER}` \
+             (and in /etc/sysctl.d to keep it)"
+        );
+    }
+    Ok(socket)
 }
 
 /// A client endpoint for dialling `target`: bound to an ephemeral port of
@@ -145,7 +178,11 @@ pub fn client_endpoint(identity: &Identity, opts: &TransportOptions, target: Soc
         SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
         SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
     };
-    let mut endpoint = Endpoint::client(addr).map_err(|source| NetError::Bind { addr, source })?;
+    let socket = bind_udp(addr)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| NetError::Bind { addr, source: std::io::Error::other("no async runtime") })?;
+    let mut endpoint = Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+        .map_err(|source| NetError::Bind { addr, source })?;
     endpoint.set_default_client_config(config);
     Ok(endpoint)
 }

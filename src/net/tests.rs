@@ -695,3 +695,21 @@ async fn stress_round_trips_per_second() {
         probe.len(),
     );
 }
+
+/// Every endpoint's socket asks for large buffers: the default drops bursts,
+/// and each drop shrinks QUIC's congestion window. The kernel grants up to
+/// `net.core.rmem_max` (and reports twice what it grants).
+#[test]
+fn endpoint_sockets_get_large_receive_buffers() {
+    use quinn::udp::{UdpSockRef, UdpSocketState};
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap().trim().parse().unwrap();
+    let socket = super::endpoint::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let state = UdpSocketState::new(UdpSockRef::from(&socket)).unwrap();
+    let got = state.recv_buffer_size(UdpSockRef::from(&socket)).unwrap();
+    let plain = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let default = state.recv_buffer_size(UdpSockRef::from(&plain)).unwrap();
+    assert!(got >= super::endpoint::SOCKET_BUFFER.min(rmem_max), "granted {got} (rmem_max {rmem_max})");
+    if rmem_max > default {
+        assert!(got > default, "granted {got}, no more than a plain socket's {default}");
+    }
+}
