@@ -11,7 +11,7 @@
 //! is the task's.
 #![no_main]
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use ccroute_core::{AgentSession, Config, ConsumerdSession, Dispatch, PeerInfo, Scheduler, TaskId};
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
@@ -41,7 +41,7 @@ fn peer(n: u128) -> PeerInfo {
 
 struct Cd {
     session: ConsumerdSession<J>,
-    open: HashSet<u64>,
+    open: BTreeSet<u64>,
 }
 
 struct Agent {
@@ -72,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
     let both = [tc(0), tc(1)];
     let keys = [both[0].key(), both[1].key()];
     let mut cds: Vec<Cd> = (0..2)
-        .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: HashSet::new() })
+        .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: BTreeSet::new() })
         .collect();
     let mut agents: Vec<Agent> =
         (0..3).map(|i| Agent { session: s.connect_agent(peer(i), &both[..(i as usize % 2) + 1], 2), held: vec![] }).collect();
@@ -112,7 +112,7 @@ fuzz_target!(|data: &[u8]| {
             }
             5 => {
                 let fresh = s.connect_consumerd(peer(200 + u128::from(b)), &both);
-                cds[ci] = Cd { session: fresh, open: HashSet::new() };
+                cds[ci] = Cd { session: fresh, open: BTreeSet::new() };
             }
             6 => {
                 s.set_agent_limit(agents[ai].session.id(), u32::from(b / 3));
@@ -133,8 +133,14 @@ fuzz_target!(|data: &[u8]| {
             _ => unreachable!(),
         }
     }
-    // Every agent finishes what it holds, until nothing moves.
-    loop {
+    // Every agent finishes what it holds, until nothing moves. A poll that
+    // finds an ended task's assignment gives its token back, and the task
+    // that token then serves may be assigned to an agent polled earlier in
+    // the same pass: a pass that holds nothing proves nothing is left only
+    // when the pass before it held nothing too (no completion, no cancel
+    // here, so the second pass's polls find no ended task to give back).
+    let mut quiet = 0;
+    while quiet < 2 {
         let mut moved = false;
         for agent in agents.iter_mut() {
             poll(agent);
@@ -143,9 +149,7 @@ fuzz_target!(|data: &[u8]| {
                 moved = true;
             }
         }
-        if !moved {
-            break;
-        }
+        quiet = if moved { 0 } else { quiet + 1 };
     }
     for cd in cds.iter_mut() {
         drain(cd);
