@@ -35,6 +35,7 @@ pub mod consumerd;
 pub mod host;
 pub mod jobserver;
 pub mod local_socket;
+pub mod memory;
 #[cfg(feature = "daemon")]
 pub mod net;
 #[cfg(feature = "daemon")]

@@ -1,62 +1,86 @@
-//! Giving memory back once a load has ended.
+//! Giving memory back: what a daemon's allocator keeps after a load.
 //!
 //! glibc's malloc keeps what a load freed: each thread that allocated has
 //! its arena (up to 8 per CPU), and an arena gives pages back to the system
 //! only from its top, so payload buffers, frames and task records freed in
 //! any order stay in the process. After a 10,000-unit run the scheduler's
 //! RSS stayed near its peak, several times its idle figure, although every
-//! table had emptied (`cargo bench --bench memory` measures it).
-//! `malloc_trim(0)` walks every arena and returns its free pages.
+//! table had emptied (`cargo bench --bench memory` measures it); an agent
+//! of the soak (`scripts/soak --duration 60`) climbed from 25 to 65-75 MiB
+//! over a minute of builds, and `malloc_trim(0)` called into it from a
+//! debugger gave 20-32 MiB of that back at once. `malloc_trim(0)` walks
+//! every arena and returns its free pages.
 //!
-//! [`IdleTrim`] decides when: once the scheduler has had no task in flight
-//! and no new task for [`QUIET_BEFORE_TRIM`] after some work, once per such
-//! quiet period, so an idle scheduler never trims again and a busy one never
-//! pays for it. [`release_free_memory`] does it (off the async workers: a
-//! trim of a large heap takes milliseconds).
+//! [`IdleTrim`] decides when: once a daemon has had no task in flight and
+//! no new task for [`QUIET_BEFORE_TRIM`] after some work, once per such
+//! quiet period, so an idle daemon never trims again. A daemon that is
+//! seldom quiet during a build (an agent) also trims every
+//! [`IdleTrim::every`] while it works; the scheduler does not (it pays for
+//! nothing on its hot paths). [`release_free_memory`] does it, off the async
+//! workers: a trim of a large heap takes milliseconds.
 //!
-//! An agent instead fixes malloc's thresholds at its start
-//! (`agent::bound_retained_memory`): it is seldom quiet during a build.
+//! [`bound_retained_memory`] fixes malloc's thresholds at an agent's start,
+//! so that its large buffers (sources, objects, compressed frames) do not
+//! teach malloc to keep tens of MiB per arena in the first place.
 //!
-//! Left out: other allocators (`release_free_memory` does nothing without
-//! glibc); what the scheduler keeps on purpose (the result cache's memory
-//! tier, bounded by `--cache-memory`).
+//! Left out: other allocators (both functions do nothing without glibc);
+//! what a daemon keeps on purpose (the result cache's memory tier, bounded
+//! by `--cache-memory`; an agent's results kept for re-delivery, bounded by
+//! `agent::work::HELD_MAX_BYTES`).
 
 use std::time::{Duration, Instant};
 
-/// How long the scheduler must stay quiet before freed memory is returned.
+/// How long a daemon must stay quiet before freed memory is returned.
 pub const QUIET_BEFORE_TRIM: Duration = Duration::from_secs(3);
 
+/// How often an agent gives freed memory back while it works.
+pub const AGENT_TRIM_EVERY: Duration = Duration::from_secs(10);
+
 /// Decides, from the task counters sampled now and then, when a quiet
-/// period after work has lasted [`QUIET_BEFORE_TRIM`]. Time is an argument.
+/// period after work has lasted [`QUIET_BEFORE_TRIM`] (and, with
+/// [`IdleTrim::every`], when a busy period has lasted that long since the
+/// last trim). Time is an argument.
 #[derive(Debug, Default)]
 pub struct IdleTrim {
     /// Tasks submitted as of the last observation.
     requests: u64,
     /// When the current quiet period began; `None` while busy.
     quiet_since: Option<Instant>,
-    /// Work happened since the last trim.
-    worked: bool,
+    /// When work began since the last trim; `None` when none happened.
+    worked_since: Option<Instant>,
+    /// Trim this often while busy, too.
+    every: Option<Duration>,
 }
 
 impl IdleTrim {
-    /// A decider that has seen no work yet (a scheduler that just started
-    /// has nothing to give back).
+    /// A decider that has seen no work yet (a daemon that just started has
+    /// nothing to give back) and trims only when work has stopped.
     pub fn new() -> Self {
         IdleTrim::default()
     }
 
-    /// Takes the counters at `now`: tasks submitted so far, tasks in flight.
+    /// As [`IdleTrim::new`], and also trims once work has gone on for
+    /// `every` since it began or since the last trim.
+    pub fn every(every: Duration) -> Self {
+        IdleTrim { every: Some(every), ..IdleTrim::default() }
+    }
+
+    /// Takes the counters at `now`: tasks begun so far, tasks in flight.
     /// True when freed memory should be returned now.
     pub fn observe(&mut self, now: Instant, requests: u64, in_flight: u64) -> bool {
         if requests != self.requests || in_flight > 0 {
             self.requests = requests;
             self.quiet_since = None;
-            self.worked = true;
+            let began = *self.worked_since.get_or_insert(now);
+            if self.every.is_some_and(|every| now.saturating_duration_since(began) >= every) {
+                self.worked_since = Some(now);
+                return true;
+            }
             return false;
         }
         let since = *self.quiet_since.get_or_insert(now);
-        if self.worked && now.saturating_duration_since(since) >= QUIET_BEFORE_TRIM {
-            self.worked = false;
+        if self.worked_since.is_some() && now.saturating_duration_since(since) >= QUIET_BEFORE_TRIM {
+            self.worked_since = None;
             return true;
         }
         false
@@ -75,6 +99,30 @@ pub fn release_free_memory() {
         // at any time, while others allocate.
         let released = unsafe { libc::malloc_trim(0) };
         tracing::debug!(released = released != 0, "freed memory returned to the system");
+    }
+}
+
+/// Fixes glibc malloc's thresholds for a daemon that now and then handles
+/// buffers of megabytes (an agent: sources, objects, compressed frames):
+/// allocations of 1 MiB and more are mapped on their own and unmapped when
+/// freed, and an arena's free top beyond 4 MiB goes back to the system.
+/// Left alone, glibc raises both thresholds each time it frees a large
+/// mapped block (up to 32 MiB and 64 MiB), after which every arena keeps
+/// that much freed memory: an agent of the soak (`scripts/soak --duration
+/// 60`) grew from 57 to 104–131 MiB with about 10 MiB in use; with these,
+/// 25 to 56–68 MiB (and the agent's periodic [`release_free_memory`] takes
+/// back most of the rest). Call before any thread starts; nothing with
+/// another allocator.
+pub fn bound_retained_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        #[allow(unsafe_code)]
+        // SAFETY: mallopt takes no pointer; it sets two of malloc's tunables
+        // and is called before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 4 << 20);
+        }
     }
 }
 
@@ -101,6 +149,20 @@ mod tests {
         assert!(!d.observe(t0 + 61 * SECOND, 21, 0));
         assert!(!d.observe(t0 + 62 * SECOND, 21, 0));
         assert!(d.observe(t0 + 65 * SECOND, 21, 0));
+    }
+
+    #[test]
+    fn an_agent_trims_every_period_while_it_works_and_once_when_it_stops() {
+        let t0 = Instant::now();
+        let mut d = IdleTrim::every(10 * SECOND);
+        // Busy from t0: one compile always running, new ones now and then.
+        let trims: Vec<u64> = (0..35).filter(|&s| d.observe(t0 + s as u32 * SECOND, s / 4, 1)).collect();
+        assert_eq!(trims, vec![10, 20, 30]);
+        // Work stops at 35: trimmed once the quiet period has lasted, then never.
+        assert!(!d.observe(t0 + 35 * SECOND, 8, 0));
+        assert!(!d.observe(t0 + 37 * SECOND, 8, 0));
+        assert!(d.observe(t0 + 38 * SECOND, 8, 0));
+        assert!((39..100).all(|s| !d.observe(t0 + s * SECOND, 8, 0)));
     }
 
     #[test]

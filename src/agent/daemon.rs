@@ -28,6 +28,7 @@ use super::executor::{Executor, ExecutorConfig, ExecutorError};
 use super::sampler::CpuSampler;
 use super::shipped::{self, Sandbox, Shipping, Store};
 use super::work::Work;
+use crate::memory;
 use crate::net::tls::{self, CertRole};
 use crate::net::{self, Identity, NetError, TransportOptions};
 use crate::toolchain::{discover, test_toolchain};
@@ -399,6 +400,9 @@ async fn serve(
     let mut senders = JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Freed memory goes back to the system while compiles go on, and once
+    // they stop (see `crate::memory`).
+    let mut trim = memory::IdleTrim::every(memory::AGENT_TRIM_EVERY);
     let lost = loop {
         let frame: Frame = tokio::select! {
             next = reader.next() => match next {
@@ -424,6 +428,9 @@ async fn serve(
             Some(_) = senders.join_next(), if !senders.is_empty() => continue,
             _ = tick.tick() => {
                 let executor = work.executor();
+                if trim.observe(Instant::now(), executor.started(), u64::from(executor.running())) {
+                    tokio::task::spawn_blocking(memory::release_free_memory);
+                }
                 let sample = sampler.sample(executor.running(), executor.started());
                 if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {
                     break Some(e.to_string());

@@ -129,7 +129,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Scheduler(a) => runtime(None)?.block_on(scheduler(a)),
         Command::Agent(a) => {
-            crate::agent::bound_retained_memory();
+            crate::memory::bound_retained_memory();
             let file = args::load_file()?;
             let jobs = a.jobs.or(file.jobs).unwrap_or_else(crate::host::online_cpus);
             // Each running compile holds a blocking thread while it waits.

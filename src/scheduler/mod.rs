@@ -31,7 +31,6 @@ pub mod metrics;
 pub mod optimizer;
 mod resume;
 mod shipping;
-mod trim;
 mod web;
 
 use std::net::SocketAddr;
@@ -50,6 +49,7 @@ pub use self::cache_hook::{CacheHook, CacheLookup};
 pub use self::job::{AgentAnswer, NetJob, TaskBody};
 use self::optimizer::{DriverConfig, OptimizerThread};
 use crate::cache::{Storage, StorageConfig};
+use crate::memory;
 use crate::net::{self, CloseReason, Identity, NetError, StreamOptions, TransportOptions, INLINE_PAYLOAD_MAX};
 use ccroute_core::{Config, Hook, Scheduler};
 
@@ -258,8 +258,8 @@ impl Server {
         let mut connections = JoinSet::new();
         let metrics_stop = state.shutdown.child_token();
         let metrics = metrics.map(|l| tokio::spawn(metrics::serve(l, state.clone(), metrics_stop.clone())));
-        // Freed memory goes back to the system once a load has ended (see `trim`).
-        let mut idle_trim = trim::IdleTrim::new();
+        // Freed memory goes back to the system once a load has ended (see `crate::memory`).
+        let mut idle_trim = memory::IdleTrim::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
@@ -287,7 +287,7 @@ impl Server {
                 _ = tick.tick() => {
                     let requests = state.scheduler.totals().requests;
                     if idle_trim.observe(Instant::now(), requests, in_flight(&state.scheduler)) {
-                        connections.spawn_blocking(trim::release_free_memory);
+                        connections.spawn_blocking(memory::release_free_memory);
                     }
                 }
                 () = shutdown.cancelled() => break,
