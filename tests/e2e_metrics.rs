@@ -149,6 +149,9 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
         .sum();
     assert_eq!(started, ended, "{a:?}");
     assert_eq!(started, get(&format!("ccroute_agent_tasks_started_total{{agent=\"{host}\"}}")));
+    // One agent: nothing to copy a straggler to.
+    assert_eq!(get(&format!("ccroute_agent_copies_started_total{{agent=\"{host}\"}}")), 0.0);
+    assert_eq!(get(&format!("ccroute_agent_copies_won_total{{agent=\"{host}\"}}")), 0.0);
     assert_eq!(
         aget("ccroute_agent_compiles_ended_total{outcome=\"success\"}"),
         get("ccroute_tasks_total{outcome=\"completed\"}")

@@ -720,13 +720,18 @@ fn agents_joined(s: &serde_json::Value) -> usize {
 }
 
 fn agents_completed(s: &serde_json::Value) -> u64 {
-    s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x["completed"].as_u64()).sum())
+    agents_sum(s, "completed")
+}
+
+/// A counter of the status's agents, summed.
+fn agents_sum(s: &serde_json::Value, field: &str) -> u64 {
+    s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x[field].as_u64()).sum())
 }
 
 /// Compiles the agents say they started since they started (their CPU
 /// samples carry the count, whatever scheduler they report to).
 fn agents_started(s: &serde_json::Value) -> u64 {
-    s["agents"].as_array().map_or(0, |a| a.iter().filter_map(|x| x["tasks_started"].as_u64()).sum())
+    agents_sum(s, "tasks_started")
 }
 
 /// [`agents_started`] once it holds still (samples come every second) and
@@ -997,6 +1002,10 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             link_drops,
             socket_drops,
             relay_counts: relay_counts(&mut relay, &w.join("relay.log")),
+            copies: (
+                agents_sum(&after, "copies_started").saturating_sub(agents_sum(&before, "copies_started")),
+                agents_sum(&after, "copies_won").saturating_sub(agents_sum(&before, "copies_won")),
+            ),
         },
     );
     drop(clients);

@@ -136,6 +136,9 @@ pub struct Machine {
     /// The relay's datagrams: forwarded, dropped, sent over a millisecond
     /// late, and the latest of them (µs); `None` when it did not say.
     pub relay_counts: Option<[u64; 4]>,
+    /// Stragglers copied to an idle agent during the run, and of those
+    /// copies, the ones that answered first.
+    pub copies: (u64, u64),
 }
 
 impl Machine {
@@ -151,9 +154,9 @@ impl Machine {
             None => "the relay's counts were not read".into(),
         };
         format!(
-            "The links' queues dropped {} packets; full socket buffers {} datagrams in the scheduler's namespace and {} \
-             in the hosts'; {relay}.",
-            self.link_drops, self.socket_drops.0, self.socket_drops.1
+            "Stragglers copied: {} (the copy answered first: {}). The links' queues dropped {} packets; full socket \
+             buffers {} datagrams in the scheduler's namespace and {} in the hosts'; {relay}.",
+            self.copies.0, self.copies.1, self.link_drops, self.socket_drops.0, self.socket_drops.1
         )
     }
 }

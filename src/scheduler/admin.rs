@@ -84,6 +84,8 @@ pub(crate) fn report(state: &ServerState) -> StatusReport {
                     shipping: state.shipping.agent_state(a.node_id),
                     tasks_started: a.tasks_started,
                     speed_milli: a.speed,
+                    copies_started: a.hedged,
+                    copies_won: a.copies_won,
                 }
             })
             .collect(),

@@ -164,17 +164,29 @@ fn families(state: &ServerState) -> Vec<Family> {
     let mut tokens_in_use = Family::new("ccroute_agent_tokens_in_use", "Tokens an agent holds now", gauge);
     let mut tokens_limit = Family::new("ccroute_agent_tokens_limit", "An agent's token limit now", gauge);
     let mut started = Family::new("ccroute_agent_tasks_started", "Compiles an agent started since it started", counter);
+    let mut copies = Family::new(
+        "ccroute_agent_copies_started",
+        "Copies of an agent's tasks started on other agents (straggler hedging) in its connection",
+        counter,
+    );
+    let mut won = Family::new(
+        "ccroute_agent_copies_won",
+        "Copies of other agents' tasks an agent ran that answered first, in its connection",
+        counter,
+    );
     for a in &r.agents {
         let agent = || vec![("agent", a.host_name.clone())];
         tokens_in_use = tokens_in_use.row(agent(), f64::from(a.tokens_in_use));
         tokens_limit = tokens_limit.row(agent(), f64::from(a.token_limit));
         started = started.row(agent(), a.tasks_started as f64);
+        copies = copies.row(agent(), a.copies_started as f64);
+        won = won.row(agent(), a.copies_won as f64);
     }
     let mut queued = Family::new("ccroute_route_queued_tasks", "Tasks waiting for a token, per route", gauge);
     for route in &r.routes {
         queued = queued.row(vec![("route", route.toolchain.to_string())], route.queued as f64);
     }
-    families.extend([tokens_in_use, tokens_limit, started, queued]);
+    families.extend([tokens_in_use, tokens_limit, started, copies, won, queued]);
     if let Some(optimizer) = &state.optimizer {
         let mut decisions = Family::new(
             "ccroute_optimizer_decisions",

@@ -538,6 +538,10 @@ pub struct AgentStatus {
     /// Its speed for placement, thousandths of the nominal: pinned by its
     /// configuration or learnt from its results.
     pub speed_milli: u32,
+    /// Copies of its tasks started on other agents (straggler hedging).
+    pub copies_started: u64,
+    /// Copies of other agents' tasks it ran that answered first.
+    pub copies_won: u64,
 }
 
 /// One consumerd in a [`StatusReport`].
