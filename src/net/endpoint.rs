@@ -124,10 +124,19 @@ pub fn server_endpoint(addr: SocketAddr, identity: &Identity, opts: &TransportOp
     // A reset is always smaller than the packet that prompted it (no loop,
     // no amplification): a farm's agents may all be told in the same second.
     endpoint_config.min_reset_interval(Duration::from_millis(1));
+    endpoint_on(addr, endpoint_config, Some(config))
+}
+
+/// An endpoint on a socket of [`bind_udp`], on the running async runtime.
+fn endpoint_on(
+    addr: SocketAddr,
+    config: quinn::EndpointConfig,
+    server: Option<quinn::ServerConfig>,
+) -> Result<Endpoint, NetError> {
     let socket = bind_udp(addr)?;
     let runtime = quinn::default_runtime()
         .ok_or_else(|| NetError::Bind { addr, source: std::io::Error::other("no async runtime") })?;
-    Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(|source| NetError::Bind { addr, source })
+    Endpoint::new(config, server, socket, runtime).map_err(|source| NetError::Bind { addr, source })
 }
 
 /// The socket buffers every endpoint asks for, each way: a burst of a few
@@ -178,11 +187,7 @@ pub fn client_endpoint(identity: &Identity, opts: &TransportOptions, target: Soc
         SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
         SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
     };
-    let socket = bind_udp(addr)?;
-    let runtime = quinn::default_runtime()
-        .ok_or_else(|| NetError::Bind { addr, source: std::io::Error::other("no async runtime") })?;
-    let mut endpoint = Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
-        .map_err(|source| NetError::Bind { addr, source })?;
+    let mut endpoint = endpoint_on(addr, quinn::EndpointConfig::default(), None)?;
     endpoint.set_default_client_config(config);
     Ok(endpoint)
 }
