@@ -480,17 +480,22 @@ fn lighter(a: (u32, u32), b: (u32, u32)) -> bool {
     u64::from(a.0) * u64::from(b.1) < u64::from(b.0) * u64::from(a.1)
 }
 
-/// An agent other than `not` with a free token, for a copy of a task `not`
-/// runs: the fastest, then the least loaded; with that token taken.
-pub(crate) fn pick_copy<J: Job>(agents: &[Arc<AgentEntry<J>>], not: u32) -> Option<&Arc<AgentEntry<J>>> {
+/// An agent other than `not`, of at least `min_speed`, with a free token,
+/// for a copy of a task `not` runs: the fastest, then the least loaded;
+/// with that token taken.
+pub(crate) fn pick_copy<J: Job>(
+    agents: &[Arc<AgentEntry<J>>],
+    not: u32,
+    min_speed: u32,
+) -> Option<&Arc<AgentEntry<J>>> {
     loop {
         let mut best: Option<(usize, u32, u32, u32)> = None;
         for (idx, agent) in agents.iter().enumerate() {
             let (in_use, limit, free) = agent.tokens.load();
-            if agent.id.0 == not || !free {
+            let speed = agent.speed.load(Ordering::Relaxed);
+            if agent.id.0 == not || !free || speed < min_speed {
                 continue;
             }
-            let speed = agent.speed.load(Ordering::Relaxed);
             let better =
                 best.is_none_or(|(_, bu, bl, bs)| speed > bs || (speed == bs && lighter((in_use, limit), (bu, bl))));
             if better {

@@ -151,11 +151,14 @@ impl<J: Job> AgentSession<J> {
     /// Starts a copy of `task` — which this agent runs, past the time it
     /// was expected to take — on another agent of its route with a free
     /// token (the fastest, then the least loaded), when no task waits on the
-    /// route: hedging never takes a token a waiting task could use. The
+    /// route: hedging never takes a token a waiting task could use. Only
+    /// an agent of at least `min_speed` (thousandths, as
+    /// [`AgentSession::set_speed`]) may take the copy: a copy on a host no
+    /// faster than its own cannot overtake a unit that is merely long. The
     /// first answer of the two is the task's; the other agent is told to
     /// cancel (and still answers, which frees its token). A task has at most
     /// one copy. Returns whether a copy was started.
-    pub fn hedge(&self, task: TaskId) -> bool {
+    pub fn hedge(&self, task: TaskId, min_speed: u32) -> bool {
         let Some((task, attempt)) = self.outstanding.get(&task) else {
             return false;
         };
@@ -164,7 +167,7 @@ impl<J: Job> AgentSession<J> {
             return false;
         }
         let agents = task.route.agents.load();
-        let Some(copy) = pick_copy(&agents, me) else {
+        let Some(copy) = pick_copy(&agents, me, min_speed) else {
             return false;
         };
         // Looked at again with the token held: a task that came meanwhile gets it.

@@ -1071,8 +1071,8 @@ fn hedge_pair() -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSe
 #[test]
 fn a_copy_answered_first_answers_the_task_and_the_original_is_cancelled() {
     let (s, mut a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t), "an idle agent and nothing waiting: a copy starts");
-    assert!(!a.hedge(t), "one copy at most");
+    assert!(a.hedge(t, 0), "an idle agent and nothing waiting: a copy starts");
+    assert!(!a.hedge(t, 0), "one copy at most");
     assert_eq!(dispatches(&mut b), vec![format!("assign {}", t.0)]);
     assert_eq!(tokens_in_use(&s), vec![1, 1]);
     b.complete(t, true).unwrap();
@@ -1087,9 +1087,23 @@ fn a_copy_answered_first_answers_the_task_and_the_original_is_cancelled() {
 }
 
 #[test]
+fn a_copy_goes_only_to_an_agent_as_fast_as_asked_and_the_fastest_first() {
+    let (s, a, mut b, _cd, t) = hedge_pair();
+    b.set_speed(400);
+    assert!(!a.hedge(t, 1250), "the only idle agent is slower than asked: no copy");
+    assert!(dispatches(&mut b).is_empty());
+    assert_eq!(tokens_in_use(&s), vec![1, 0], "the token looked at was given back");
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 1);
+    c.set_speed(1500);
+    assert!(a.hedge(t, 1250), "a fast enough agent came");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
+    assert!(dispatches(&mut b).is_empty(), "not the slow one");
+}
+
+#[test]
 fn the_original_answered_first_cancels_the_copy() {
     let (s, mut a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     assert_eq!(dispatches(&mut b).len(), 1);
     a.complete(t, true).unwrap();
     assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)]);
@@ -1102,7 +1116,7 @@ fn the_original_answered_first_cancels_the_copy() {
 #[test]
 fn a_copy_not_yet_sent_when_the_task_ends_is_never_sent_and_frees_its_token() {
     let (s, mut a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     a.complete(t, true).unwrap();
     assert!(dispatches(&mut b).is_empty(), "neither the copy nor a cancel for it");
     assert_eq!(tokens_in_use(&s), vec![0, 0]);
@@ -1117,13 +1131,13 @@ fn hedging_never_takes_a_token_a_waiting_task_could_use() {
     let second = assigned(&mut b);
     assert_eq!(second.len(), 1);
     cd.submit(3, tc("gcc").key(), 3).unwrap();
-    assert!(!a.hedge(t), "no free token");
+    assert!(!a.hedge(t, 0), "no free token");
     b.complete(second[0], true).unwrap();
     let third = assigned(&mut b);
     assert_eq!(third.len(), 1, "the freed token went to the waiting task");
-    assert!(!a.hedge(t), "no free token while it runs");
+    assert!(!a.hedge(t, 0), "no free token while it runs");
     b.complete(third[0], true).unwrap();
-    assert!(a.hedge(t), "now nothing waits and a token is free");
+    assert!(a.hedge(t, 0), "now nothing waits and a token is free");
     assert_eq!(dispatches(&mut b).len(), 1);
     let _ = s;
 }
@@ -1131,7 +1145,7 @@ fn hedging_never_takes_a_token_a_waiting_task_could_use() {
 #[test]
 fn a_consumerd_cancel_stops_both_copies() {
     let (s, mut a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     assert_eq!(dispatches(&mut b).len(), 1);
     assert!(cd.cancel(1));
     assert_eq!(dispatches(&mut a), vec![format!("cancel {}", t.0)]);
@@ -1145,13 +1159,13 @@ fn a_consumerd_cancel_stops_both_copies() {
 #[test]
 fn losing_the_copys_agent_leaves_the_original_running_and_a_new_copy_possible() {
     let (s, mut a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     assert_eq!(dispatches(&mut b).len(), 1);
     drop(b);
     assert!(dispatches(&mut a).is_empty(), "the original is not disturbed");
     assert_eq!(s.agents()[0].lost, 0);
     let mut c = s.connect_agent(peer(4), &[tc("gcc")], 1);
-    assert!(a.hedge(t), "the copy is gone: another may start");
+    assert!(a.hedge(t, 0), "the copy is gone: another may start");
     assert_eq!(dispatches(&mut c).len(), 1);
     a.complete(t, true).unwrap();
     assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
@@ -1163,7 +1177,7 @@ fn losing_the_copys_agent_leaves_the_original_running_and_a_new_copy_possible() 
 #[test]
 fn losing_the_original_agent_hands_the_task_to_its_copy() {
     let (s, a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     assert_eq!(dispatches(&mut b).len(), 1);
     drop(a);
     assert!(dispatches(&mut b).is_empty(), "the copy carries on: no cancel, no second assignment");
@@ -1177,7 +1191,7 @@ fn losing_the_original_agent_hands_the_task_to_its_copy() {
 #[test]
 fn losing_the_original_agent_before_the_copy_is_sent_hands_it_over_too() {
     let (s, a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     drop(a);
     assert_eq!(dispatches(&mut b), vec![format!("assign {}", t.0)]);
     b.complete(t, true).unwrap();
@@ -1188,7 +1202,7 @@ fn losing_the_original_agent_before_the_copy_is_sent_hands_it_over_too() {
 #[test]
 fn losing_both_agents_places_the_task_again_once() {
     let (s, a, mut b, mut cd, t) = hedge_pair();
-    assert!(a.hedge(t));
+    assert!(a.hedge(t, 0));
     assert_eq!(dispatches(&mut b).len(), 1);
     let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
     drop(a);

@@ -572,7 +572,7 @@ fn beside_an_idle_agent() -> Hedged {
 /// (straggler hedging).
 fn hedged() -> Hedged {
     let (ends, s, cd, a, mut b, id) = beside_an_idle_agent();
-    assert!(a.hedge(id), "an idle agent, nothing waiting: a copy starts");
+    assert!(a.hedge(id, 0), "an idle agent, nothing waiting: a copy starts");
     let Some(Dispatch::Assign(t)) = b.poll() else { panic!("the copy was not sent") };
     drop(t);
     (ends, s, cd, a, b, id)
@@ -618,7 +618,7 @@ fn a_hedge_racing_a_cancel_ends_once_and_leaks_no_token() {
     model(|| {
         let (ends, s, mut cd, a, mut b, id) = beside_an_idle_agent();
         let ta = thread::spawn(move || {
-            a.hedge(id);
+            a.hedge(id, 0);
             a
         });
         let tc_ = thread::spawn(move || {
@@ -679,7 +679,7 @@ fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
     model(|| {
         let (ends, s, mut cd, a, b, id) = beside_an_idle_agent();
         let ta = thread::spawn(move || {
-            a.hedge(id);
+            a.hedge(id, 0);
             a
         });
         let tb = thread::spawn(move || drop(b));

@@ -87,6 +87,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     let mut senders = JoinSet::new();
     // Each task in flight here: when it was dispatched, for the metrics and the web view.
     let mut dispatched: HashMap<u64, Flight> = HashMap::new();
+    // When the agent last answered anything: a host that answers is not stalled.
+    let mut last_answer: Option<Instant> = None;
     let mut last_limit = session.token_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -114,6 +116,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     let frame = Frame { message, payload: payload.unwrap_or_default() };
                     if let Message::TaskResult(r) = &frame.message {
                         state.shipping.inputs_ended(node, r.task_id);
+                        last_answer = Some(Instant::now());
                     }
                     if let Message::ToolchainUpdate(u) = &frame.message {
                         if ships {
@@ -157,7 +160,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             }
             _ = check.tick() => {
                 if state.hedging {
-                    hedge_stragglers(&session, &mut dispatched, speed.given);
+                    hedge_stragglers(&session, &mut dispatched, speed.given, last_answer);
                 }
                 let limit = session.token_limit();
                 if limit != last_limit {
@@ -200,12 +203,27 @@ const HEDGE_FLOOR: Duration = Duration::from_secs(1);
 /// before a copy of it may start.
 const HEDGE_FACTOR: f64 = 2.0;
 
+/// A copy of a task whose agent still answers others goes only to an agent
+/// this much faster (fourths: 5/4).
+const HEDGE_FASTER: (u32, u32) = (5, 4);
+
 /// Starts copies of this agent's tasks that run past [`HEDGE_FACTOR`] times
 /// what they were expected to take here, and at least [`HEDGE_FLOOR`], on
 /// idle agents ([`AgentSession::hedge`]: only when no task waits for them).
+/// Where the agent answered anything since the task was sent
+/// (`last_answer`), it is not stalled and the unit is only longer than
+/// expected: a copy on a host no faster would end after it, so only an
+/// agent [`HEDGE_FASTER`] than this one takes it. Where it answered nothing
+/// (stalled, or slowed before its speed is learnt) any idle agent may.
 /// A task not copied now is looked at again at the next check.
-fn hedge_stragglers(session: &AgentSession<NetJob>, dispatched: &mut HashMap<u64, Flight>, speed_milli: u32) {
+fn hedge_stragglers(
+    session: &AgentSession<NetJob>,
+    dispatched: &mut HashMap<u64, Flight>,
+    speed_milli: u32,
+    last_answer: Option<Instant>,
+) {
     let speed = f64::from(speed_milli.max(ccroute_core::MIN_SPEED)) / 1000.0;
+    let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
     for (id, f) in dispatched.iter_mut() {
         let Some(e) = &f.expected else { continue };
         if f.hedged {
@@ -213,12 +231,17 @@ fn hedge_stragglers(session: &AgentSession<NetJob>, dispatched: &mut HashMap<u64
         }
         let expected = Duration::from_micros(e.prediction.micros).div_f64(speed);
         let ran = f.at.elapsed();
-        if ran > expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) && session.hedge(TaskId(*id)) {
+        if ran <= expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) {
+            continue;
+        }
+        let answering = last_answer.is_some_and(|t| t > f.at);
+        if session.hedge(TaskId(*id), if answering { faster } else { 0 }) {
             f.hedged = true;
             tracing::info!(
                 task = id,
                 ran_ms = ran.as_millis() as u64,
                 expected_ms = expected.as_millis() as u64,
+                answering,
                 "straggler copied to an idle agent"
             );
         }
@@ -320,6 +343,7 @@ fn on_frame(
                         _ => e.prediction.micros,
                     };
                     let speed = speed.observe(expected, agent_time, session, (&state.costs, agent_name));
+                    tracing::debug!(task = header.task_id, took_ms = agent_time.as_millis() as u64, speed, "answered");
                     state.costs.took(e, agent_time.mul_f64(speed));
                 }
                 if let Some(web) = &state.web {
@@ -416,6 +440,11 @@ async fn send_dispatch(
                 spec: body.header.spec.clone(),
                 expected: body.expected,
             };
+            tracing::debug!(
+                task = task.id().0,
+                expected_us = body.expected.as_ref().map_or(0, |e| e.prediction.micros),
+                "placed"
+            );
             dispatched.insert(task.id().0, flight);
             if let Some(web) = &state.web {
                 web.started(task.id().0, node.0, body.origin.0);
