@@ -10,9 +10,11 @@
 //!                                          # the same farm with a placement policy off (or --longest-first on)
 //! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
 //!                                          # each agent told its speed (--speed), not left to learn it
-//! FARM_COSTS=DIR cargo bench --bench farm -- mixed mixed
-//!                                          # the scheduler's cost model kept in DIR across runs:
-//!                                          # the second run knows the build's units (a farm's steady state)
+//! FARM_COSTS=DIR cargo bench --bench farm -- mixed
+//!                                          # the scheduler's cost model kept in DIR across runs: run it
+//!                                          # twice, and the second knows the build's units (a farm's steady state)
+//! FARM_JOBS=2 cargo bench --bench farm -- lan-64
+//!                                          # each build submits up to 2 x the farm's tokens at once, not 1 x
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -499,7 +501,12 @@ fn harness_main(args: &[OsString]) -> Result<(), String> {
         }
         return Ok(());
     }
-    let all = presets(&traces);
+    let mut all = presets(&traces);
+    if let Some(f) = std::env::var("FARM_JOBS").ok().and_then(|v| v.parse::<f64>().ok()) {
+        for s in &mut all {
+            s.jobs = ((s.agents * s.tokens as usize) as f64 * f).round().max(1.0) as usize;
+        }
+    }
     let wanted: Vec<&Scenario> = if names.is_empty() {
         all.iter().collect()
     } else {
