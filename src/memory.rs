@@ -42,7 +42,8 @@ pub const AGENT_TRIM_EVERY: Duration = Duration::from_secs(10);
 /// last trim). Time is an argument.
 #[derive(Debug, Default)]
 pub struct IdleTrim {
-    /// Tasks submitted as of the last observation.
+    /// Tasks begun (submitted to a scheduler, started by an agent) as of the
+    /// last observation.
     requests: u64,
     /// When the current quiet period began; `None` while busy.
     quiet_since: Option<Instant>,

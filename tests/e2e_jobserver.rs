@@ -335,3 +335,48 @@ fn a_jobs_flag_given_wins_and_a_build_cut_short_leaves_no_pipe() {
     assert!(!out.status.success(), "a build cut short does not succeed");
     assert!(leftover_pipes(&c).is_empty(), "the pipe was left behind: {:?}", leftover_pipes(&c));
 }
+
+/// The size a build's jobserver started at, from its verbose line.
+fn first_size(text: &str) -> u32 {
+    let line = text.lines().find(|l| l.contains(" with Fifo of ") || l.contains(" with Descriptors of "));
+    let line = line.unwrap_or_else(|| panic!("no jobserver was handed over:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn two_builds_at_once_share_the_size_and_the_first_gets_it_back() {
+    let _serial = serial();
+    let (c, _) = farm(&[4, 4]);
+    let dir = c.dir.path().join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    common::slow_project(&dir, 40);
+    let first = start_build(&c, "make", &dir, None);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while common::files(&dir.join("out"), is_object).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the first build made no progress\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir2 = c.dir.path().join("proj2");
+    std::fs::create_dir_all(&dir2).unwrap();
+    common::slow_project(&dir2, 4);
+    let second = start_build(&c, "make", &dir2, None);
+    let text2 = finish_build(&c, second);
+    let text1 = finish_build(&c, first);
+    let (whole, part) = (first_size(&text1), first_size(&text2));
+    // The first build's sizes as the consumerd told them (the window itself
+    // may move meanwhile, as the farm's tokens are counted).
+    let sizes: Vec<u32> = text1
+        .lines()
+        .filter_map(|l| l.strip_prefix("ccroute: the jobserver now holds "))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    eprintln!("alone {whole}; the second build's part {part}; the first build's sizes {sizes:?}");
+    assert!(part < whole, "the second build got the whole size ({part} of {whole}), not a part");
+    let least = sizes.iter().copied().min().unwrap_or(whole);
+    assert!(least <= part + 1, "the first build was not shrunk to about its part ({part}): {sizes:?}\n{text1}");
+    assert!(
+        sizes.last().is_some_and(|&last| last > least + 1),
+        "the first build did not get the second's part back once the second ended: {sizes:?}\n{text1}"
+    );
+    assert!(leftover_pipes(&c).is_empty());
+}

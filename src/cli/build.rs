@@ -129,8 +129,9 @@ pub fn run(tool: Tool, args: &[OsString]) -> Result<(), BoxError> {
         _ => {}
     }
     if config.verbose {
+        let size = jobserver.as_ref().map(|(js, _)| format!(" of {}", js.issued() + 1)).unwrap_or_default();
         eprintln!(
-            "ccroute: {} {} with {hand:?}",
+            "ccroute: {} {} with {hand:?}{size}",
             tool.program(),
             version.map_or_else(|| "(version unknown)".into(), |v| format!("{}.{}", v.0, v.1)),
         );
@@ -141,14 +142,24 @@ pub fn run(tool: Tool, args: &[OsString]) -> Result<(), BoxError> {
         return Err(format!("cannot run {}: {e}", tool.program()).into());
     };
     let child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", tool.program()))?;
-    let code = tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(supervise(child, js, rx));
+    let code = tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(supervise(
+        child,
+        js,
+        rx,
+        config.verbose,
+    ));
     std::process::exit(code);
 }
 
 /// Keeps the jobserver at the size the consumerd reports until the tool
 /// exits, passing on the signals this process gets; the tool's exit code
 /// (128 + the signal that ended it). The pipe goes with `js`.
-async fn supervise(mut child: std::process::Child, mut js: Jobserver, mut sizes: watch::Receiver<u32>) -> i32 {
+async fn supervise(
+    mut child: std::process::Child,
+    mut js: Jobserver,
+    mut sizes: watch::Receiver<u32>,
+    verbose: bool,
+) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     // Handled, not ignored: the tool starts with the default dispositions.
     let on = |k: SignalKind| signal(k).ok();
@@ -175,8 +186,10 @@ async fn supervise(mut child: std::process::Child, mut js: Jobserver, mut sizes:
             changed = sizes.changed(), if following => match changed {
                 Ok(()) => {
                     let size = *sizes.borrow_and_update();
-                    if let Err(e) = js.resize(size) {
-                        eprintln!("ccroute: the jobserver stays at its size: {e}");
+                    match js.resize(size) {
+                        Ok(()) if verbose => eprintln!("ccroute: the jobserver now holds {size}"),
+                        Ok(()) => {}
+                        Err(e) => eprintln!("ccroute: the jobserver stays at its size: {e}"),
                     }
                 }
                 Err(_) => following = false,

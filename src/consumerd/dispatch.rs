@@ -313,24 +313,34 @@ impl Dispatcher {
         let moved = window != self.slots.counts().window;
         self.slots.set_window(window);
         if moved {
-            for id in &self.jobserver_builds {
-                self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Jobserver(self.jobserver_size()), vec![]));
-            }
+            self.tell_builds();
         }
     }
 
-    /// What a build's jobserver should hold now: the local slots and the window.
+    /// What a build's jobserver should hold now: its part of the local
+    /// slots and of the window, shared evenly among the builds that follow
+    /// the size (rounded up: the slots still bound what runs).
     fn jobserver_size(&self) -> JobserverSize {
         let n = self.slots.counts();
-        JobserverSize { local: n.local_capacity, window: n.window }
+        let builds = u32::try_from(self.jobserver_builds.len()).unwrap_or(u32::MAX).max(1);
+        JobserverSize { local: n.local_capacity.div_ceil(builds), window: n.window.div_ceil(builds) }
+    }
+
+    /// Tells every build following the jobserver size what it is now.
+    fn tell_builds(&self) {
+        let size = self.jobserver_size();
+        for id in &self.jobserver_builds {
+            self.ipc.send(*id, Outbound::Message(ConsumerdMsg::Jobserver(size), vec![]));
+        }
     }
 
     fn on_query(&mut self, id: ConnId, q: Query) {
         if q == Query::Jobserver {
-            let size = self.jobserver_size();
-            debug!(conn = %id, ?size, "a build follows the jobserver size");
+            // Every build's part shrinks with one more: each is told, this one too.
             self.jobserver_builds.insert(id);
-            return self.ipc.send(id, Outbound::Message(ConsumerdMsg::Jobserver(size), vec![]));
+            let size = self.jobserver_size();
+            debug!(conn = %id, ?size, builds = self.jobserver_builds.len(), "a build follows the jobserver size");
+            return self.tell_builds();
         }
         let Some(cache) = self.direct.clone() else {
             let report = ccroute_wire::local::CacheReport { counters: self.counters(), ..Default::default() };
@@ -675,7 +685,10 @@ impl Dispatcher {
 
     /// The connection is gone: release its slot and cancel its work.
     fn forget(&mut self, id: ConnId) {
-        self.jobserver_builds.remove(&id);
+        if self.jobserver_builds.remove(&id) {
+            // The builds left have its part back.
+            self.tell_builds();
+        }
         if let Some(conn) = self.conns.remove(&id) {
             if let ConnState::Compiling { task, .. } = conn.state {
                 task.abort();
