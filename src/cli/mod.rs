@@ -135,7 +135,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             // Each running compile holds a blocking thread while it waits.
             runtime(Some(jobs as usize + 16))?.block_on(agent(a, file, jobs))
         }
-        Command::Consumerd(a) => runtime(None)?.block_on(consumerd(a)),
+        Command::Consumerd(a) => {
+            crate::memory::bound_retained_memory();
+            runtime(None)?.block_on(consumerd(a))
+        }
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
         Command::Stats(a) => local_cache::run(&a, ccroute_wire::local::Query::Stats),
         Command::Cache { action: args::CacheAction::Clear(a) } => {

@@ -205,6 +205,9 @@ impl Dispatcher {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut persist = tokio::time::interval(PERSIST_EVERY);
         persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Freed memory goes back to the system once a build is over.
+        let mut trim = crate::memory::IdleTrim::new();
+        let mut events: u64 = 0;
         let ended = loop {
             // A build through the jobserver counts as a connection.
             let idle = !idle_exit.is_zero() && self.conns.is_empty() && self.jobserver_builds.is_empty();
@@ -213,6 +216,7 @@ impl Dispatcher {
                 msg = inbound.recv_async() => match msg {
                     Ok((conn, msg)) => {
                         self.on_inbound(conn, msg);
+                        events += 1;
                         idle_deadline = Instant::now() + idle_exit;
                     }
                     Err(_) => break Ended::SocketClosed,
@@ -229,7 +233,13 @@ impl Dispatcher {
                     self.set_window(w);
                 }
                 Some(done) = self.work.join_next_with_id(), if !self.work.is_empty() => self.on_done(done),
-                _ = heartbeat.tick() => self.heartbeat(),
+                _ = heartbeat.tick() => {
+                    self.heartbeat();
+                    let busy = (self.conns.len() + self.work.len()) as u64;
+                    if trim.observe(std::time::Instant::now(), events, busy) {
+                        drop(tokio::task::spawn_blocking(crate::memory::release_free_memory));
+                    }
+                }
                 _ = persist.tick(), if self.direct.is_some() => {
                     if let Some(d) = self.direct.clone() {
                         drop(tokio::task::spawn_blocking(move || d.persist()));
