@@ -125,7 +125,9 @@ fuzz_target!(|data: &[u8]| {
             10 => {
                 let agent = &agents[ai];
                 if let Some(&t) = agent.held.get(usize::from(b / 3) % agent.held.len().max(1)) {
-                    agent.session.hedge(t);
+                    // A copy to any agent, or only to one of at least a speed (as speeds go, up to 10.2x).
+                    let min_speed = if b & 0x80 == 0 { 0 } else { u32::from(b & 0x7f) * 80 };
+                    agent.session.hedge(t, min_speed);
                 }
             }
             // Speeds from 0 (clamped to the slowest) to 10.2 times the nominal.
