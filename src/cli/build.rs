@@ -1,8 +1,8 @@
 //! `ccroute make …` and `ccroute ninja …`: a build through ccroute without
 //! guessing `-j`. The build gets a jobserver of its own ([`crate::jobserver`])
 //! sized to this machine's local slots plus its consumerd's remote window
-//! (its share of the farm), resized whenever the consumerd reports the window
-//! moving; and `cc`, `c++`, `gcc`, `g++`, `clang` and `clang++` lead to ccroute
+//! (its share of the farm; builds at once on one consumerd each get an even
+//! part), resized whenever the consumerd reports it moving; and `cc`, `c++`, `gcc`, `g++`, `clang` and `clang++` lead to ccroute
 //! (a directory of symlinks put first in `PATH`; a build that names its
 //! compiler by absolute path, as CMake's do, uses
 //! `CMAKE_<LANG>_COMPILER_LAUNCHER=ccroute` instead).
