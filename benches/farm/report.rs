@@ -170,8 +170,8 @@ pub struct Figures {
     pub makespan_s: f64,
     pub bound_s: f64,
     /// One build's in-order reference (`Trace::in_order_makespan_us` on
-    /// this farm's tokens, no less than the link's term of the bound), farm
-    /// seconds; none for several builds.
+    /// this farm's tokens and its link's rate, no less than the link's term
+    /// of the bound), farm seconds; none for several builds.
     pub reference_s: Option<f64>,
     pub dispatch_ms: (f64, f64, f64),
     pub tasks_per_s: f64,
@@ -220,7 +220,7 @@ impl Figures {
             ([(trace, _)], [b]) => {
                 let speeds: Vec<f64> =
                     (0..s.agents).flat_map(|i| std::iter::repeat_n(s.speed(i), s.tokens as usize)).collect();
-                Some((trace.in_order_makespan_us(s.jobs, &speeds) / 1e6).max(link_s(s, b)))
+                Some((trace.in_order_makespan_us(s.jobs, &speeds, s.rate_bps) / 1e6).max(link_s(s, b)))
             }
             _ => None,
         };
@@ -391,10 +391,12 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
            for `shared`, the same from each build's start on. **ratio** =\n  \
            makespan ÷ bound (no placement does better than 1.00, but the build's own order may keep any from reaching it).\n\
          - **in-order reference**: the makespan if the build's units, submitted in its own order as `make -jN` submits\n  \
-           them (a new one as soon as one ends), were each placed with no latency on the token that finishes it first\n  \
-           (`Trace::in_order_makespan_us`), and no less than the link's term of the bound. On equal hosts with N no\n  \
-           more than the tokens every unit starts when submitted whatever the placement, so this is the best the\n  \
-           build's order allows and **÷ reference** is what placement and transport lose; on unequal hosts it is a\n  \
+           them (a new one as soon as one is answered), were each placed with no latency on the token that finishes it\n  \
+           first (`Trace::in_order_makespan_us`); on a shaped link the texts go up it one after another in that order\n  \
+           and the objects come down one after another, and the reference is no less than the link's term of the bound.\n  \
+           On equal hosts with N no more than the tokens every unit starts when its text is across whatever the\n  \
+           placement, so this is what the build's order allows and **÷ reference** is what placement and transport\n  \
+           lose; on unequal hosts, or where texts share the link rather than take turns (QUIC streams do), it is a\n  \
            reference, not a bound. The gap between the reference and the lower bound is the order's: a long unit the\n  \
            build submits late ends late.\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \

@@ -138,22 +138,33 @@ impl Trace {
 
     /// The build's makespan, microseconds, when it is driven as the replay
     /// drives it (`make -jN`: the ready units in their order, a new one
-    /// submitted as soon as one of the N running ends, its dependants ready
-    /// when it ends) and each unit is placed at once, with no latency, on the
-    /// token of `speeds` (one entry per token) that would finish it first,
-    /// waiting for a busy faster token when that finishes sooner.
+    /// submitted as soon as one of the N in flight is answered, its
+    /// dependants ready when it is) and each unit is placed at once, with no
+    /// latency, on the token of `speeds` (one entry per token) that would
+    /// finish it first, waiting for a busy faster token when that finishes
+    /// sooner. On a link of `link_bps` (farm bits per second; 0: unshaped)
+    /// the texts go up it one after another in the order submitted, a unit
+    /// starting once its text is across, and the objects come down it one
+    /// after another in the order compiled, a unit answered once its object
+    /// is across.
     ///
     /// Not a lower bound: a placement that knew the units still to come
-    /// could do better on unequal hosts. But on equal hosts with N no more
-    /// than the tokens, every unit starts when it is submitted whatever the
-    /// placement, so this is what the build's own order allows; the gap
-    /// between it and the lower bound is the order's, not the scheduler's.
-    pub fn in_order_makespan_us(&self, jobs: usize, speeds: &[f64]) -> f64 {
+    /// could do better on unequal hosts, and a sender that knew them could
+    /// put a long unit's text on the link first. But on equal hosts with N
+    /// no more than the tokens, every unit starts when its text is across
+    /// whatever the placement, so this is what the build's own order allows;
+    /// the gap between it and the lower bound is the order's, not the
+    /// scheduler's.
+    pub fn in_order_makespan_us(&self, jobs: usize, speeds: &[f64], link_bps: u64) -> f64 {
         use std::cmp::Reverse;
         use std::collections::{BinaryHeap, VecDeque};
         if speeds.is_empty() {
             return f64::INFINITY;
         }
+        let wire_ns = |bytes: u64| match link_bps {
+            0 => 0,
+            r => (u128::from(bytes) * 8 * 1_000_000_000 / u128::from(r)) as u64,
+        };
         // Times as integer nanoseconds, for a total order in the heaps.
         let mut free_at = vec![0u64; speeds.len()];
         let mut waiting_on: Vec<usize> = self.units.iter().map(|u| u.after.len()).collect();
@@ -164,21 +175,31 @@ impl Trace {
             }
         }
         let mut ready: VecDeque<u32> = self.units.iter().filter(|u| u.after.is_empty()).map(|u| u.seq).collect();
-        let mut running: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
-        let (mut now, mut end) = (0u64, 0u64);
+        // Events: (time, answered?, seq): a unit compiled, then answered.
+        let mut events: BinaryHeap<Reverse<(u64, bool, u32)>> = BinaryHeap::new();
+        let (mut now, mut end, mut in_flight, mut up_free, mut down_free) = (0u64, 0u64, 0usize, 0u64, 0u64);
         loop {
-            while running.len() < jobs.max(1) {
+            while in_flight < jobs.max(1) {
                 let Some(seq) = ready.pop_front() else { break };
-                let cost_ns = self.units[seq as usize].cpu_us as f64 * 1000.0;
-                let finish = |t: usize| free_at[t].max(now) + (cost_ns / speeds[t].max(1e-9)).round() as u64;
+                let unit = &self.units[seq as usize];
+                up_free = up_free.max(now) + wire_ns(unit.pp_wire);
+                let cost_ns = unit.cpu_us as f64 * 1000.0;
+                let finish = |t: usize| free_at[t].max(up_free) + (cost_ns / speeds[t].max(1e-9)).round() as u64;
                 let best = (0..speeds.len()).min_by_key(|&t| (finish(t), free_at[t])).unwrap_or(0);
                 let done = finish(best);
                 free_at[best] = done;
-                running.push(Reverse((done, seq)));
+                events.push(Reverse((done, false, seq)));
+                in_flight += 1;
             }
-            let Some(Reverse((done, seq))) = running.pop() else { break };
-            now = done;
-            end = end.max(done);
+            let Some(Reverse((at, answered, seq))) = events.pop() else { break };
+            now = at;
+            if !answered {
+                down_free = down_free.max(at) + wire_ns(self.units[seq as usize].obj_wire);
+                events.push(Reverse((down_free, true, seq)));
+                continue;
+            }
+            in_flight -= 1;
+            end = end.max(at);
             for &d in &dependants[seq as usize] {
                 waiting_on[d as usize] -= 1;
                 if waiting_on[d as usize] == 0 {
@@ -267,18 +288,26 @@ mod tests {
             about: "a test".into(),
             units: vec![unit(0, 1, vec![]), unit(1, 1, vec![]), unit(2, 10, vec![])],
         };
-        assert_eq!(late.in_order_makespan_us(2, &[1.0, 1.0]), 11.0);
+        assert_eq!(late.in_order_makespan_us(2, &[1.0, 1.0], 0), 11.0);
         // The same units, the long one first: 10.
         let early = Trace { units: vec![unit(0, 10, vec![]), unit(1, 1, vec![]), unit(2, 1, vec![])], ..late.clone() };
-        assert_eq!(early.in_order_makespan_us(2, &[1.0, 1.0]), 10.0);
+        assert_eq!(early.in_order_makespan_us(2, &[1.0, 1.0], 0), 10.0);
         // A dependency waits for its unit: 5 then 3.
         let chain = Trace { units: vec![unit(0, 5, vec![]), unit(1, 3, vec![0])], ..late.clone() };
-        assert_eq!(chain.in_order_makespan_us(4, &[1.0; 4]), 8.0);
+        assert_eq!(chain.in_order_makespan_us(4, &[1.0; 4], 0), 8.0);
         // A slow free token loses to a fast one that frees sooner: the
         // second unit waits 4 for the fast token (4 + 4) rather than take
         // 4 / 0.25 = 16 on the slow one.
-        let two = Trace { units: vec![unit(0, 4, vec![]), unit(1, 4, vec![])], ..late };
-        assert_eq!(two.in_order_makespan_us(2, &[1.0, 0.25]), 8.0);
+        let two = Trace { units: vec![unit(0, 4, vec![]), unit(1, 4, vec![])], ..late.clone() };
+        assert_eq!(two.in_order_makespan_us(2, &[1.0, 0.25], 0), 8.0);
+        // On a link of one byte a microsecond (texts 5 bytes, objects 4):
+        // the long unit's text goes up third, at 10 + 5, once the first
+        // unit's object is down (6 + 4); it ends at 25 and is down at 29.
+        assert_eq!(late.in_order_makespan_us(2, &[1.0, 1.0], 8_000_000), 29.0);
+        // Long first: its text is up at 5 and it is down at 19; the third
+        // text goes up once the second unit is answered (11 + 4), so the
+        // last object is down at 15 + 5 + 1 + 4.
+        assert_eq!(early.in_order_makespan_us(2, &[1.0, 1.0], 8_000_000), 25.0);
     }
 
     #[test]
