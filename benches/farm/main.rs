@@ -15,6 +15,9 @@
 //!                                          # twice, and the second knows the build's units (a farm's steady state)
 //! FARM_JOBS=2 cargo bench --bench farm -- lan-64
 //!                                          # each build submits up to 2 x the farm's tokens at once, not 1 x
+//! FARM_ORDER=critical cargo bench --bench farm -- lan-64
+//!                                          # each build submits its units longest chain first, as ninja (1.12
+//!                                          # and later) orders a rebuild by its log's times, not in make's order
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -280,7 +283,12 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         base("lan-256", 256, generated(traces, 20_000, 2), 16.0),
         Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) },
         Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) },
-        Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k, 4.0) },
+        Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k.clone(), 4.0) },
+        // The same builds in the order ninja (1.12 and later) starts a
+        // rebuild, longest chain first: what placement does when the
+        // build's order does not hold it back.
+        base("lan-64-critical", 64, gen5k.in_critical_path_order(), 4.0),
+        Scenario { slow: 32, slow_speed: 0.4, ..base("mixed-critical", 64, gen5k.in_critical_path_order(), 4.0) },
         {
             let t = generated(traces, 2_000, 3);
             let builds = (0..4).map(|i| (t.clone(), 5.0 * f64::from(i))).collect();
@@ -502,6 +510,17 @@ fn harness_main(args: &[OsString]) -> Result<(), String> {
         return Ok(());
     }
     let mut all = presets(&traces);
+    match std::env::var("FARM_ORDER").as_deref() {
+        Ok("critical") => {
+            for s in &mut all {
+                for (t, _) in &mut s.builds {
+                    *t = t.in_critical_path_order();
+                }
+            }
+        }
+        Ok(other) => return Err(format!("FARM_ORDER={other:?}: the only other order is \"critical\"")),
+        Err(_) => {}
+    }
     if let Some(f) = std::env::var("FARM_JOBS").ok().and_then(|v| v.parse::<f64>().ok()) {
         for s in &mut all {
             s.jobs = ((s.agents * s.tokens as usize) as f64 * f).round().max(1.0) as usize;

@@ -136,6 +136,50 @@ impl Trace {
         finish.into_iter().max().unwrap_or(0)
     }
 
+    /// The same build in the order a build tool that schedules by history
+    /// would start it (ninja 1.12 and later, on a rebuild, by the times in
+    /// its log): the unit with the longest chain still ahead of it
+    /// (its own time and its dependants') first, ties in the recorded order.
+    /// Every unit still comes after the units it waits for.
+    pub fn in_critical_path_order(&self) -> Trace {
+        let n = self.units.len();
+        let mut ahead = vec![0u64; n];
+        // Dependants have higher seqs: walk from the last.
+        for u in self.units.iter().rev() {
+            ahead[u.seq as usize] += u.cpu_us;
+            for &a in &u.after {
+                ahead[a as usize] = ahead[a as usize].max(ahead[u.seq as usize]);
+            }
+        }
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&s| std::cmp::Reverse(ahead[s as usize]));
+        // A unit of no time ties with its dependants: keep it first.
+        let mut placed = vec![false; n];
+        let mut sorted = Vec::with_capacity(n);
+        let mut pending: std::collections::VecDeque<u32> = order.into();
+        while let Some(s) = pending.pop_front() {
+            if self.units[s as usize].after.iter().all(|&a| placed[a as usize]) {
+                placed[s as usize] = true;
+                sorted.push(s);
+            } else {
+                pending.push_back(s);
+            }
+        }
+        let mut new_seq = vec![0u32; n];
+        for (i, &s) in sorted.iter().enumerate() {
+            new_seq[s as usize] = i as u32;
+        }
+        let units = sorted
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let u = &self.units[s as usize];
+                Unit { seq: i as u32, after: u.after.iter().map(|&a| new_seq[a as usize]).collect(), ..u.clone() }
+            })
+            .collect();
+        Trace { name: self.name.clone(), about: format!("{}, in critical-path order", self.about), units }
+    }
+
     /// The build's makespan, microseconds, when it is driven as the replay
     /// drives it (`make -jN`: the ready units in their order, a new one
     /// submitted as soon as one of the N in flight is answered, its
@@ -308,6 +352,31 @@ mod tests {
         // text goes up once the second unit is answered (11 + 4), so the
         // last object is down at 15 + 5 + 1 + 4.
         assert_eq!(early.in_order_makespan_us(2, &[1.0, 1.0], 8_000_000), 25.0);
+    }
+
+    #[test]
+    fn critical_path_order_puts_the_longest_chain_first_after_what_it_waits_for() {
+        // 0 (1) <- 2 (9); 1 (5); 3 (0) <- 4 (2): chains ahead 10, 5, 9, 2, 2.
+        let t = Trace {
+            name: "t".into(),
+            about: "a test".into(),
+            units: vec![
+                unit(0, 1, vec![]),
+                unit(1, 5, vec![]),
+                unit(2, 9, vec![0]),
+                unit(3, 0, vec![]),
+                unit(4, 2, vec![3]),
+            ],
+        };
+        let o = t.in_critical_path_order();
+        let names: Vec<&str> = o.units.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["u0.c", "u2.c", "u1.c", "u3.c", "u4.c"]);
+        assert_eq!(o.units[1].after, vec![0]);
+        assert_eq!(o.units[4].after, vec![3]);
+        assert!(o.units.iter().enumerate().all(|(i, u)| u.seq == i as u32));
+        assert_eq!((o.work_us(), o.critical_path_us()), (t.work_us(), t.critical_path_us()));
+        // Two tokens: the long chain ends at 10, the rest beside it.
+        assert_eq!(o.in_order_makespan_us(2, &[1.0, 1.0], 0), 10.0);
     }
 
     #[test]
