@@ -22,6 +22,7 @@ use super::inbound::{spawn_readers, Inbound, Ticket};
 use super::job::{AgentAnswer, NetJob};
 use super::{peer_info, ServerState};
 use crate::net::{self, Admission, FrameWriter, NetError, ServerHandshake};
+use ccroute_core::cost::{Basis, Prediction};
 use ccroute_core::{AgentSession, Dispatch, TaskId};
 
 /// How often the agent's token limit is checked for a change to report.
@@ -207,6 +208,15 @@ const HEDGE_FACTOR: f64 = 2.0;
 /// this much faster (fourths: 5/4).
 const HEDGE_FASTER: (u32, u32) = (5, 4);
 
+/// A task still far from done may be copied to an idle agent at least this
+/// many times as fast as its own.
+const MOVE_FASTER: u32 = 2;
+
+/// ... while it has run at most this share of its expected time here (and
+/// at least [`HEDGE_FLOOR`]): what remains here is then 5/8 of it or more,
+/// and the copy takes at most half, so it ends first with room to spare.
+const MOVE_BEFORE: f64 = 3.0 / 8.0;
+
 /// Starts copies of this agent's tasks that run past [`HEDGE_FACTOR`] times
 /// what they were expected to take here, and at least [`HEDGE_FLOOR`], on
 /// idle agents ([`AgentSession::hedge`]: only when no task waits for them).
@@ -215,6 +225,11 @@ const HEDGE_FASTER: (u32, u32) = (5, 4);
 /// expected: a copy on a host no faster would end after it, so only an
 /// agent [`HEDGE_FASTER`] than this one takes it. Where it answered nothing
 /// (stalled, or slowed before its speed is learnt) any idle agent may.
+/// And a long task placed here before a much faster agent was free (or
+/// before the speeds were known) is copied to one [`MOVE_FASTER`] times as
+/// fast while most of it remains ([`MOVE_BEFORE`]): on a farm of mixed
+/// hosts, long units the build started first landed on slow hosts as they
+/// joined, and ran there 2.5x as long as the build's bound.
 /// A task not copied now is looked at again at the next check.
 fn hedge_stragglers(
     session: &AgentSession<NetJob>,
@@ -231,18 +246,22 @@ fn hedge_stragglers(
         }
         let expected = Duration::from_micros(e.prediction.micros).div_f64(speed);
         let ran = f.at.elapsed();
-        if ran <= expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) {
-            continue;
-        }
         let answering = last_answer.is_some_and(|t| t > f.at);
-        if session.hedge(TaskId(*id), if answering { faster } else { 0 }) {
+        let (min_speed, why) = if ran > expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) {
+            (if answering { faster } else { 0 }, "straggler copied to an idle agent")
+        } else if ran >= HEDGE_FLOOR && ran <= expected.mul_f64(MOVE_BEFORE) {
+            (speed_milli.saturating_mul(MOVE_FASTER), "long task copied to an idle agent at least twice as fast")
+        } else {
+            continue;
+        };
+        if session.hedge(TaskId(*id), min_speed) {
             f.hedged = true;
             tracing::info!(
                 task = id,
                 ran_ms = ran.as_millis() as u64,
                 expected_ms = expected.as_millis() as u64,
                 answering,
-                "straggler copied to an idle agent"
+                "{why}"
             );
         }
     }
@@ -262,19 +281,32 @@ struct Flight {
 }
 
 /// An agent's speed: pinned by its configuration, or learnt from its
-/// results (what each was expected to cost ÷ the time it took), and given
-/// to the core for placement ([`AgentSession::set_speed`]).
+/// results (what a unit was expected to cost ÷ the time it took here), and
+/// given to the core for placement ([`AgentSession::set_speed`]).
+///
+/// A unit's own history is what tells an agent's speed; a prediction from
+/// the size line is off by 3-10x either way, and speeds learnt from it
+/// throughout wandered to 2.9 on hosts of 1.0 (long units then waited for
+/// those "faster" agents while equal ones idled). So size-line predictions
+/// teach only an agent with no history-based result yet (a cold farm has
+/// nothing better), and its first such result replaces what they taught.
 struct Speed {
     pinned: bool,
     /// The learnt speed's logarithm, a moving average.
     ln: f64,
     /// What the core was last given, thousandths.
     given: u32,
+    /// Results with a history-based prediction taken in, up to [`Speed::SETTLED`]
+    /// (a speed kept from before counts as settled).
+    from_history: u32,
 }
 
 impl Speed {
-    /// Weight of one result in the moving average.
+    /// Weight of one result in the moving average, once settled.
     const WEIGHT: f64 = 1.0 / 16.0;
+    /// History-based results after which the average moves by [`Speed::WEIGHT`];
+    /// before, each weighs as much as all before it (a plain mean).
+    const SETTLED: u32 = 16;
 
     /// Pinned when `pinned_milli` is not 0; else from what was learnt of
     /// its host before (`known`), else nominal.
@@ -285,33 +317,58 @@ impl Speed {
             session.set_speed(known);
         }
         let given = session.speed();
-        Speed { pinned: pinned_milli > 0, ln: (f64::from(given) / 1000.0).ln(), given }
+        let from_history = if known.is_some() { Self::SETTLED } else { 0 };
+        Speed { pinned: pinned_milli > 0, ln: (f64::from(given) / 1000.0).ln(), given, from_history }
     }
 
-    /// Learns from one unit expected to cost `expected_us` at speed 1 (0:
-    /// not known) that took `took` here, keeping a change for `host` in
-    /// `costs`; returns the speed (to express `took` at speed 1).
+    /// Learns from one unit that was expected to cost `expected` at speed 1
+    /// and took `took` here, keeping a change for `host` in `costs`;
+    /// returns the speed to express `took` at speed 1: nominal while the
+    /// speed rests on size-line guesses only, so that guesses are placed
+    /// by but never written into units' histories (where they would fix a
+    /// wrong scale for good: guessed speeds of 3-9 on hosts of 1.0 stayed
+    /// at 2.5-4.8 over the next builds).
     fn observe(
         &mut self,
-        expected_us: u64,
+        expected: Prediction,
         took: Duration,
         session: &AgentSession<NetJob>,
         (costs, host): (&super::cost::Costs, &str),
     ) -> f64 {
-        let took_us = took.as_micros() as f64;
-        if !self.pinned && expected_us > 0 && took_us > 0.0 {
-            let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
-            let sample = (expected_us as f64 / took_us).clamp(min / 1000.0, max / 1000.0);
-            self.ln += (sample.ln() - self.ln) * Self::WEIGHT;
-            let milli = (self.ln.exp() * 1000.0).round() as u32;
+        if let Some(milli) = self.learn(expected, took.as_micros() as f64) {
             // Only changes of more than 3 % are worth a new look at the routes.
             if milli.abs_diff(self.given) * 32 > self.given {
                 session.set_speed(milli);
                 self.given = session.speed();
-                costs.learnt_speed(host, self.given);
+                // Guesses are not kept: a restarted scheduler would take them as learnt.
+                if self.from_history > 0 {
+                    costs.learnt_speed(host, self.given);
+                }
             }
         }
-        f64::from(self.given) / 1000.0
+        if self.pinned || self.from_history > 0 {
+            f64::from(self.given) / 1000.0
+        } else {
+            1.0
+        }
+    }
+
+    /// The new average's speed in thousandths, when this result teaches one.
+    fn learn(&mut self, expected: Prediction, took_us: f64) -> Option<u32> {
+        let weight = match expected.basis {
+            _ if self.pinned || expected.micros == 0 || took_us <= 0.0 => return None,
+            Basis::Cold => return None,
+            Basis::Size if self.from_history > 0 => return None,
+            Basis::Size => Self::WEIGHT,
+            Basis::History => {
+                self.from_history = (self.from_history + 1).min(Self::SETTLED);
+                1.0 / f64::from(self.from_history)
+            }
+        };
+        let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
+        let sample = (expected.micros as f64 / took_us).clamp(min / 1000.0, max / 1000.0);
+        self.ln += (sample.ln() - self.ln) * weight;
+        Some((self.ln.exp() * 1000.0).round() as u32)
     }
 }
 
@@ -337,12 +394,7 @@ fn on_frame(
                 if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
                     // The model keeps costs at speed 1: a fast agent's time is
                     // longer there, a slow one's shorter.
-                    // A cold prediction says nothing of the agent's speed.
-                    let expected = match e.prediction.basis {
-                        ccroute_core::cost::Basis::Cold => 0,
-                        _ => e.prediction.micros,
-                    };
-                    let speed = speed.observe(expected, agent_time, session, (&state.costs, agent_name));
+                    let speed = speed.observe(e.prediction, agent_time, session, (&state.costs, agent_name));
                     tracing::debug!(task = header.task_id, took_ms = agent_time.as_millis() as u64, speed, "answered");
                     state.costs.took(e, agent_time.mul_f64(speed));
                 }
@@ -472,5 +524,45 @@ async fn send_dispatch(
             writer.send(Message::Adopt(Adopt { handle, task_id: task.id().0 }), Bytes::new()).await
         }
         Dispatch::Abandon(handle) => writer.send(Message::Cancel(Cancel { task_id: handle }), Bytes::new()).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn learning() -> Speed {
+        Speed { pinned: false, ln: 0.0, given: 1000, from_history: 0 }
+    }
+
+    fn at(micros: u64, basis: Basis) -> Prediction {
+        Prediction { micros, basis }
+    }
+
+    #[test]
+    fn size_line_guesses_teach_only_until_a_units_history_does() {
+        let mut s = learning();
+        // A cold farm: the size line says 4 ms, it took 1 ms: a guess of 4.
+        let guess = s.learn(at(4_000, Basis::Size), 1_000.0).unwrap();
+        assert!(guess > 1000, "{guess}");
+        // A cold prediction teaches nothing.
+        assert_eq!(s.learn(at(4_000, Basis::Cold), 1_000.0), None);
+        // The first result of a unit with history replaces the guesses: 0.5.
+        assert_eq!(s.learn(at(1_000, Basis::History), 2_000.0), Some(500));
+        // From then on the size line teaches nothing, however far off.
+        assert_eq!(s.learn(at(90_000, Basis::Size), 1_000.0), None);
+        // History is averaged: 0.5 and 2.0 give 1.0 (the mean of logarithms).
+        assert_eq!(s.learn(at(2_000, Basis::History), 1_000.0), Some(1000));
+    }
+
+    #[test]
+    fn a_kept_speed_is_settled_and_a_pinned_one_never_moves() {
+        // Kept from before: one result moves it by a sixteenth (in logarithm).
+        let mut kept = Speed { from_history: Speed::SETTLED, ..learning() };
+        assert_eq!(kept.learn(at(1_000, Basis::Size), 1_000.0), None);
+        let moved = kept.learn(at(2_000, Basis::History), 1_000.0).unwrap();
+        assert_eq!(moved, ((2f64.ln() / 16.0).exp() * 1000.0).round() as u32);
+        let mut pinned = Speed { pinned: true, ..learning() };
+        assert_eq!(pinned.learn(at(2_000, Basis::History), 1_000.0), None);
     }
 }
