@@ -16,8 +16,8 @@
 //! FARM_JOBS=2 cargo bench --bench farm -- lan-64
 //!                                          # each build submits up to 2 x the farm's tokens at once, not 1 x
 //! FARM_ORDER=critical cargo bench --bench farm -- lan-64
-//!                                          # each build submits its units longest chain first, as ninja (1.12
-//!                                          # and later) orders a rebuild by its log's times, not in make's order
+//!                                          # each build submits its units longest chain first (by recorded
+//!                                          # times), not in make's order
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -284,9 +284,9 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) },
         Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) },
         Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k.clone(), 4.0) },
-        // The same builds in the order ninja (1.12 and later) starts a
-        // rebuild, longest chain first: what placement does when the
-        // build's order does not hold it back.
+        // The same builds longest chain first, as a build tool that weighs
+        // its critical path by recorded times would start them: what
+        // placement does when the build's order does not hold it back.
         base("lan-64-critical", 64, gen5k.in_critical_path_order(), 4.0),
         Scenario { slow: 32, slow_speed: 0.4, ..base("mixed-critical", 64, gen5k.in_critical_path_order(), 4.0) },
         {

@@ -136,11 +136,13 @@ impl Trace {
         finish.into_iter().max().unwrap_or(0)
     }
 
-    /// The same build in the order a build tool that schedules by history
-    /// would start it (ninja 1.12 and later, on a rebuild, by the times in
-    /// its log): the unit with the longest chain still ahead of it
-    /// (its own time and its dependants') first, ties in the recorded order.
-    /// Every unit still comes after the units it waits for.
+    /// The same build in the order a build tool that weighs its critical
+    /// path by recorded times would start it (ninja 1.12's own scheduler
+    /// weighs every step 1, i.e. by depth; weights from its log's times are
+    /// a proposal some projects build into their own ninja): the unit with
+    /// the longest chain still ahead of it (its own time and its
+    /// dependants') first, ties in the recorded order. Every unit still
+    /// comes after the units it waits for.
     pub fn in_critical_path_order(&self) -> Trace {
         let n = self.units.len();
         let mut ahead = vec![0u64; n];
