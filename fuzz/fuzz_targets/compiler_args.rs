@@ -30,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
         env: if mode & 8 != 0 { vec![("LANG".into(), String::from_utf8_lossy(rest).into_owned())] } else { vec![] },
         // A unit sent as its inputs: paths from the same bytes.
         inputs: (mode & 16 != 0).then(|| {
-            let paths: Vec<String> = rest.split(|&b| b == b'\n').map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+            let paths: Vec<String> =
+                rest.split(|&b| b == b'\n').map(|p| String::from_utf8_lossy(p).into_owned()).collect();
             ccroute_wire::Inputs {
                 toolchain: ccroute_wire::ToolchainKey(1),
                 driver: paths.first().cloned().unwrap_or_default(),

@@ -68,14 +68,15 @@ fuzz_target!(|data: &[u8]| {
     // The first byte's low bit turns longest-first on, the next speed-aware placement.
     let longest_first = data.first().is_some_and(|b| b & 1 == 1);
     let speed_aware = data.first().is_some_and(|b| b & 2 == 2);
-    let s: Scheduler<J> = Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first, speed_aware });
+    let s: Scheduler<J> =
+        Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first, speed_aware });
     let both = [tc(0), tc(1)];
     let keys = [both[0].key(), both[1].key()];
-    let mut cds: Vec<Cd> = (0..2)
-        .map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: BTreeSet::new() })
+    let mut cds: Vec<Cd> =
+        (0..2).map(|i| Cd { session: s.connect_consumerd(peer(100 + i), &both), open: BTreeSet::new() }).collect();
+    let mut agents: Vec<Agent> = (0..3)
+        .map(|i| Agent { session: s.connect_agent(peer(i), &both[..(i as usize % 2) + 1], 2), held: vec![] })
         .collect();
-    let mut agents: Vec<Agent> =
-        (0..3).map(|i| Agent { session: s.connect_agent(peer(i), &both[..(i as usize % 2) + 1], 2), held: vec![] }).collect();
     let mut next_id = 0u64;
     for op in data.chunks(2) {
         let (a, b) = (op[0], op.get(1).copied().unwrap_or(0));
@@ -118,7 +119,8 @@ fuzz_target!(|data: &[u8]| {
                 s.set_agent_limit(agents[ai].session.id(), u32::from(b / 3));
             }
             7 => {
-                let pick: Vec<Toolchain> = both.iter().enumerate().filter(|(i, _)| b >> (i + 2) & 1 == 1).map(|(_, t)| t.clone()).collect();
+                let pick: Vec<Toolchain> =
+                    both.iter().enumerate().filter(|(i, _)| b >> (i + 2) & 1 == 1).map(|(_, t)| t.clone()).collect();
                 agents[ai].session.set_toolchains(&pick);
             }
             8 => drain(&mut cds[ci]),
