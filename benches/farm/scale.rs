@@ -154,11 +154,24 @@ pub fn run(config: &ScaleConfig) -> Result<ScaleReport, String> {
     report
 }
 
+/// The scheduler's status, asked again (after a pause) until `deadline`
+/// when a fetch fails: while a thousand agents join, the scheduler may not
+/// answer one handshake within its 5 s, which is not the figure measured.
 async fn status(
     addr: std::net::SocketAddr,
     admin: &ccroute::net::Identity,
+    deadline: Instant,
 ) -> Result<ccroute_wire::StatusReport, String> {
-    ccroute::cli::status::fetch(addr, admin).await.map_err(|e| e.to_string())
+    loop {
+        match ccroute::cli::status::fetch(addr, admin).await {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() > deadline => return Err(format!("scale: status: {e}")),
+            Err(e) => {
+                eprintln!("scale: status: {e} (asking again)");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }
 
 fn job(micros: u64, seq: u64) -> RemoteJob {
@@ -206,7 +219,7 @@ async fn phases(
     }
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let s = status(addr, &admin).await?;
+        let s = status(addr, &admin, deadline).await?;
         if s.agents.len() == c.agents {
             break;
         }
@@ -287,7 +300,7 @@ async fn phases(
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let s = status(addr, &admin).await?;
+        let s = status(addr, &admin, deadline).await?;
         r.held_seen = s.agents.iter().map(|a| u64::from(a.tokens_in_use)).sum();
         if r.held_seen as usize >= total_tokens || Instant::now() > deadline {
             break;
@@ -302,7 +315,7 @@ async fn phases(
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let s = status(addr, &admin).await?;
+        let s = status(addr, &admin, deadline).await?;
         r.waiting_seen = s.routes.iter().map(|x| x.queued).sum();
         if r.waiting_seen as usize >= c.waiting || Instant::now() > deadline {
             break;
