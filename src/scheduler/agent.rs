@@ -223,13 +223,15 @@ const MOVE_BEFORE: f64 = 3.0 / 8.0;
 /// Where the agent answered anything since the task was sent
 /// (`last_answer`), it is not stalled and the unit is only longer than
 /// expected: a copy on a host no faster would end after it, so only an
-/// agent [`HEDGE_FASTER`] than this one takes it. Where it answered nothing
-/// (stalled, or slowed before its speed is learnt) any idle agent may.
-/// And a long task placed here before a much faster agent was free (or
-/// before the speeds were known) is copied to one [`MOVE_FASTER`] times as
-/// fast while most of it remains ([`MOVE_BEFORE`]): on a farm of mixed
-/// hosts, long units the build started first landed on slow hosts as they
-/// joined, and ran there 2.5x as long as the build's bound.
+/// agent [`HEDGE_FASTER`] than this one takes it. Where it answered before
+/// but nothing since (stalled, or slowed before its speed is learnt) any
+/// idle agent may. And a long task placed here before a much faster agent
+/// was free (or before the speeds were known) is copied to one
+/// [`MOVE_FASTER`] times as fast while most of it remains ([`MOVE_BEFORE`],
+/// or any time after [`HEDGE_FLOOR`] when its expected time was a guess):
+/// on a farm of mixed hosts, long units the build started first landed on
+/// slow hosts as they joined, and ran there 2.5x as long as the build's
+/// bound.
 /// A task not copied now is looked at again at the next check.
 fn hedge_stragglers(
     session: &AgentSession<NetJob>,
@@ -237,34 +239,60 @@ fn hedge_stragglers(
     speed_milli: u32,
     last_answer: Option<Instant>,
 ) {
-    let speed = f64::from(speed_milli.max(ccroute_core::MIN_SPEED)) / 1000.0;
-    let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
     for (id, f) in dispatched.iter_mut() {
         let Some(e) = &f.expected else { continue };
         if f.hedged {
             continue;
         }
-        let expected = Duration::from_micros(e.prediction.micros).div_f64(speed);
         let ran = f.at.elapsed();
-        let answering = last_answer.is_some_and(|t| t > f.at);
-        let (min_speed, why) = if ran > expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR) {
-            (if answering { faster } else { 0 }, "straggler copied to an idle agent")
-        } else if ran >= HEDGE_FLOOR && ran <= expected.mul_f64(MOVE_BEFORE) {
-            (speed_milli.saturating_mul(MOVE_FASTER), "long task copied to an idle agent at least twice as fast")
-        } else {
+        let answered_since = last_answer.map(|t| t > f.at);
+        let floors = copy_floors(e.prediction, ran, speed_milli, answered_since);
+        let Some(why) = floors.into_iter().flatten().find_map(|(min, why)| session.hedge(TaskId(*id), min).then_some(why))
+        else {
             continue;
         };
-        if session.hedge(TaskId(*id), min_speed) {
-            f.hedged = true;
-            tracing::info!(
-                task = id,
-                ran_ms = ran.as_millis() as u64,
-                expected_ms = expected.as_millis() as u64,
-                answering,
-                "{why}"
-            );
-        }
+        f.hedged = true;
+        tracing::info!(
+            task = id,
+            ran_ms = ran.as_millis() as u64,
+            predicted_ms = e.prediction.micros / 1000,
+            speed_milli,
+            answered_since,
+            "{why}"
+        );
     }
+}
+
+/// The copies a task predicted `predicted` at speed 1, that has `ran` on an
+/// agent of `speed_milli`, may have, in the order to try them: the least
+/// speed of the agent taking the copy, and why. `answered_since`: whether
+/// its agent answered anything since the task was sent (`None`: never).
+fn copy_floors(
+    predicted: Prediction,
+    ran: Duration,
+    speed_milli: u32,
+    answered_since: Option<bool>,
+) -> [Option<(u32, &'static str)>; 2] {
+    let speed = f64::from(speed_milli.max(ccroute_core::MIN_SPEED)) / 1000.0;
+    let expected = Duration::from_micros(predicted.micros).div_f64(speed);
+    // A guess says nothing of what remains: a unit that ran a second on a
+    // slow host may have most of its time ahead of it.
+    let guessed = predicted.basis != Basis::History;
+    let far_from_done = ran >= HEDGE_FLOOR && (guessed || ran <= expected.mul_f64(MOVE_BEFORE));
+    let straggler = ran > expected.mul_f64(HEDGE_FACTOR).max(HEDGE_FLOOR);
+    // An agent that answered before but nothing since this task was sent
+    // looks stalled. One that never answered is only new: at a cold build's
+    // start every agent holds the build's longest units and answers nothing
+    // for seconds, and copies of them taken then on hosts no faster spent
+    // the one copy each task may have (a first build on `mixed` in critical
+    // order then read 2.5 of its bound).
+    let stalled = answered_since == Some(false);
+    let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
+    [
+        far_from_done
+            .then_some((speed_milli.saturating_mul(MOVE_FASTER), "long task copied to an idle agent at least twice as fast")),
+        straggler.then_some((if stalled { 0 } else { faster }, "straggler copied to an idle agent")),
+    ]
 }
 
 /// A task dispatched to the agent and not answered yet.
@@ -537,6 +565,30 @@ mod tests {
 
     fn at(micros: u64, basis: Basis) -> Prediction {
         Prediction { micros, basis }
+    }
+
+    #[test]
+    fn copies_go_to_faster_hosts_unless_the_agent_stalled_after_answering() {
+        let long = "long task copied to an idle agent at least twice as fast";
+        let straggler = "straggler copied to an idle agent";
+        let secs = Duration::from_secs;
+        // A cold build's start: a guessed second, run 3 s on an agent that
+        // never answered: only faster hosts (it was any idle one).
+        let cold = at(1_000_000, Basis::Cold);
+        assert_eq!(copy_floors(cold, secs(3), 1000, None), [Some((2000, long)), Some((1250, straggler))]);
+        // The same on an agent that answered before and not since: stalled.
+        assert_eq!(copy_floors(cold, secs(3), 1000, Some(false)), [Some((2000, long)), Some((0, straggler))]);
+        // Still answering, on a 0.4 host (2.5 s expected here): a long unit, not a stall.
+        assert_eq!(copy_floors(cold, secs(4), 400, Some(true)), [Some((800, long)), None]);
+        assert_eq!(copy_floors(cold, secs(6), 400, Some(true)), [Some((800, long)), Some((500, straggler))]);
+        // Known 20 s at speed 1, on a 0.5 host (40 s here): moved while
+        // most remains (up to 15 s), then nothing until it runs past 80 s.
+        let known = at(20_000_000, Basis::History);
+        assert_eq!(copy_floors(known, secs(10), 500, Some(true)), [Some((1000, long)), None]);
+        assert_eq!(copy_floors(known, secs(20), 500, Some(true)), [None, None]);
+        assert_eq!(copy_floors(known, secs(81), 500, Some(false)), [None, Some((0, straggler))]);
+        // Under a second nothing is copied.
+        assert_eq!(copy_floors(cold, Duration::from_millis(900), 1000, Some(false)), [None, None]);
     }
 
     #[test]
