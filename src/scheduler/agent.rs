@@ -247,7 +247,8 @@ fn hedge_stragglers(
         let ran = f.at.elapsed();
         let answered_since = last_answer.map(|t| t > f.at);
         let floors = copy_floors(e.prediction, ran, speed_milli, answered_since);
-        let Some(why) = floors.into_iter().flatten().find_map(|(min, why)| session.hedge(TaskId(*id), min).then_some(why))
+        let Some(why) =
+            floors.into_iter().flatten().find_map(|(min, why)| session.hedge(TaskId(*id), min).then_some(why))
         else {
             continue;
         };
@@ -289,8 +290,10 @@ fn copy_floors(
     let stalled = answered_since == Some(false);
     let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
     [
-        far_from_done
-            .then_some((speed_milli.saturating_mul(MOVE_FASTER), "long task copied to an idle agent at least twice as fast")),
+        far_from_done.then_some((
+            speed_milli.saturating_mul(MOVE_FASTER),
+            "long task copied to an idle agent at least twice as fast",
+        )),
         straggler.then_some((if stalled { 0 } else { faster }, "straggler copied to an idle agent")),
     ]
 }
