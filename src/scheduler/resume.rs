@@ -16,10 +16,12 @@
 //! The [`ResumeHook`], first of the hooks, matches the two by origin: a
 //! resumed task an agent holds is adopted by that agent
 //! ([`Interception::adopt`]) — the agent answers it under its new id, at
-//! once if it has finished — and is compiled nowhere else. A resumed task no
-//! agent announced waits until [`RESUME_WINDOW`] after the scheduler
-//! started, for agents still reconnecting, then goes on to be placed like
-//! any task. An announced task no consumerd sent again within
+//! once if it has finished — and is compiled nowhere else. A task two
+//! agents hold (hedged when the scheduler was lost) is adopted by the one
+//! that announced it first; the other copy is dropped as unclaimed. A
+//! resumed task no agent announced waits until [`RESUME_WINDOW`] after the
+//! scheduler started, for agents still reconnecting, then goes on to be
+//! placed like any task. An announced task no consumerd sent again within
 //! [`RESUME_WINDOW`] of its agent's connection is dropped by the agent and
 //! its token comes back (its consumerd gave up and compiled it itself, or
 //! the old scheduler's answer reached it).
@@ -52,10 +54,17 @@ pub(crate) const RESUME_WINDOW: Duration = Duration::from_secs(2);
 /// the window.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
+/// An agent's session and its handle for a task it announced.
+type Holder = (AgentId, u64);
+
 /// What waits under an origin.
 enum Slot {
-    /// An agent holds the task.
-    Announced { agent: AgentId, handle: u64 },
+    /// Agents hold the task, oldest announcement first: one, or more for a
+    /// task hedged when the earlier scheduler was lost (each copy's agent
+    /// announces it) or an agent that reconnected at once (its older
+    /// session left). One is adopted; the others are dropped at their
+    /// agent's window, their tokens back.
+    Announced(Vec<Holder>),
     /// Its consumerd sent it again; held until an agent announces it.
     Waiting(Interception<NetJob>),
 }
@@ -79,8 +88,9 @@ impl std::fmt::Debug for Resumes {
     }
 }
 
-/// What to do with a task that is adopted outside the table's lock.
-type Adoption = (Interception<NetJob>, AgentId, u64);
+/// What to do with a task that is adopted outside the table's lock: its
+/// origin, the task, the agent that holds it first.
+type Adoption = (Origin, Interception<NetJob>, Holder);
 
 impl Resumes {
     /// A table for a scheduler that starts now.
@@ -102,16 +112,16 @@ impl Resumes {
             match self.slots.entry(t.origin) {
                 Entry::Occupied(e) if matches!(e.get(), Slot::Waiting(_)) => {
                     if let Slot::Waiting(held) = e.remove() {
-                        adopt.push((held, agent, t.handle));
+                        adopt.push((t.origin, held, (agent, t.handle)));
                     }
                 }
-                // Announced twice (an agent that reconnected at once):
-                // the newer connection holds it now.
                 Entry::Occupied(mut e) => {
-                    e.insert(Slot::Announced { agent, handle: t.handle });
+                    if let Slot::Announced(holders) = e.get_mut() {
+                        holders.push((agent, t.handle));
+                    }
                 }
                 Entry::Vacant(e) => {
-                    e.insert(Slot::Announced { agent, handle: t.handle });
+                    e.insert(Slot::Announced(vec![(agent, t.handle)]));
                 }
             }
         }
@@ -125,10 +135,14 @@ impl Resumes {
     pub(crate) fn unclaimed(&self, agent: AgentId, tasks: &[ResumedTask]) -> Vec<u64> {
         let mut out = Vec::new();
         for t in tasks {
-            let mine = |_: &Origin, s: &Slot| matches!(s, Slot::Announced { agent: a, handle } if *a == agent && *handle == t.handle);
-            if self.slots.remove_if(&t.origin, mine).is_some() {
-                out.push(t.handle);
+            let Entry::Occupied(mut e) = self.slots.entry(t.origin) else { continue };
+            let Slot::Announced(holders) = e.get_mut() else { continue };
+            let Some(at) = holders.iter().position(|h| *h == (agent, t.handle)) else { continue };
+            holders.remove(at);
+            if holders.is_empty() {
+                e.remove();
             }
+            out.push(t.handle);
         }
         self.dropped.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
@@ -167,17 +181,40 @@ impl Resumes {
         )
     }
 
-    fn adopt(&self, (held, agent, handle): Adoption) {
-        match held.adopt(agent, handle) {
-            Ok(true) => {
-                self.adopted.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(false) => {}
-            // The agent left (its session placed what it held) or has no
-            // token reserved for it: place the task like any other.
-            Err(held) => {
-                self.placed.fetch_add(1, Ordering::Relaxed);
-                held.proceed();
+    /// The oldest holder announced for `origin`, taken out of the table;
+    /// any other holder stays, to be dropped at its agent's window.
+    fn claim(&self, origin: Origin) -> Option<Holder> {
+        let Entry::Occupied(mut e) = self.slots.entry(origin) else { return None };
+        let Slot::Announced(holders) = e.get_mut() else { return None };
+        let first = (!holders.is_empty()).then(|| holders.remove(0));
+        if holders.is_empty() {
+            e.remove();
+        }
+        first
+    }
+
+    fn adopt(&self, (origin, mut held, mut holder): Adoption) {
+        loop {
+            match held.adopt(holder.0, holder.1) {
+                Ok(true) => {
+                    self.adopted.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Ok(false) => return,
+                // The agent left (its session placed what it held) or has no
+                // token reserved for it: another holder, or placed like any
+                // other task.
+                Err(back) => {
+                    held = back;
+                    match self.claim(origin) {
+                        Some(next) => holder = next,
+                        None => {
+                            self.placed.fetch_add(1, Ordering::Relaxed);
+                            held.proceed();
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
@@ -202,26 +239,23 @@ impl Hook<NetJob> for ResumeHook {
         // twice; its earlier session cancelled it): let go of outside the lock.
         let mut stale = None;
         let held = match table.slots.entry(origin) {
-            Entry::Occupied(mut e) => {
-                let announced = match e.get() {
-                    Slot::Announced { agent, handle } => Some((*agent, *handle)),
-                    Slot::Waiting(_) => None,
-                };
-                match announced {
-                    Some((agent, handle)) => {
-                        // Cancelled already: the announcement stays, to expire.
-                        let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
+            Entry::Occupied(mut e) => match e.get_mut() {
+                Slot::Announced(holders) if !holders.is_empty() => {
+                    // Cancelled already: the announcements stay, to expire.
+                    let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
+                    let first = holders.remove(0);
+                    if holders.is_empty() {
                         e.remove();
-                        Some((held, agent, handle))
                     }
-                    None if holding => {
-                        let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
-                        stale = Some(e.insert(Slot::Waiting(held)));
-                        None
-                    }
-                    None => return HookAction::ProcessRequestNormally,
+                    Some((origin, held, first))
                 }
-            }
+                _ if holding => {
+                    let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
+                    stale = Some(e.insert(Slot::Waiting(held)));
+                    None
+                }
+                _ => return HookAction::ProcessRequestNormally,
+            },
             Entry::Vacant(e) => {
                 if !holding {
                     table.placed.fetch_add(1, Ordering::Relaxed);
@@ -237,5 +271,52 @@ impl Hook<NetJob> for ResumeHook {
             table.adopt(adoption);
         }
         HookAction::RequestIntercepted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccroute_wire::ToolchainKey;
+
+    fn holding(handle: u64, origin: Origin) -> [ResumedTask; 1] {
+        [ResumedTask { handle, origin, toolchain: ToolchainKey(1) }]
+    }
+
+    /// A task hedged when its scheduler was lost is held by two agents,
+    /// and both announce it: one copy is adopted, the other dropped at its
+    /// agent's window with its token; neither is forgotten (a forgotten one
+    /// keeps its agent's reserved token for the whole session).
+    #[test]
+    fn every_announced_copy_is_either_claimed_or_dropped() {
+        let table = Resumes::new();
+        let task = Origin { consumerd: 3, task_id: 40 };
+        let (a, b) = (AgentId(1), AgentId(2));
+        let (on_a, on_b) = (holding(11, task), holding(22, task));
+        table.announce(a, &on_a);
+        table.announce(b, &on_b);
+
+        let claimed = table.claim(task);
+        assert!(claimed.is_some(), "one copy is adopted");
+        let mut ended: Vec<u64> = claimed.into_iter().map(|(_, h)| h).collect();
+        ended.extend(table.unclaimed(a, &on_a));
+        ended.extend(table.unclaimed(b, &on_b));
+        ended.sort_unstable();
+        assert_eq!(ended, [11, 22], "each copy ends once: adopted or dropped");
+        assert!(table.slots.is_empty());
+    }
+
+    /// When the first holder cannot adopt (its session left), the next one
+    /// is asked; a table with no holder left has nothing to claim.
+    #[test]
+    fn holders_are_claimed_oldest_first_until_none_is_left() {
+        let table = Resumes::new();
+        let task = Origin { consumerd: 1, task_id: 7 };
+        table.announce(AgentId(5), &holding(1, task));
+        table.announce(AgentId(6), &holding(2, task));
+        assert_eq!(table.claim(task), Some((AgentId(5), 1)));
+        assert_eq!(table.claim(task), Some((AgentId(6), 2)));
+        assert_eq!(table.claim(task), None);
+        assert_eq!(table.unclaimed(AgentId(6), &holding(2, task)), Vec::<u64>::new());
     }
 }
