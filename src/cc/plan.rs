@@ -32,6 +32,9 @@ const LOCAL_ENV: &[&str] = &[
 const OBJECT_EXTENSIONS: &[&str] = &["o", "obj", "os", "lo"];
 
 /// Whether an invocation may go remote.
+// Made once per compile and taken apart at once: a box would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Classification {
     /// Run the command as given, on this machine.

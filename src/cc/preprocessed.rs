@@ -155,7 +155,7 @@ pub fn postprocess(family: Family, raw: &[u8]) -> Preprocessed {
                     continue;
                 }
                 let plain = !m.enter && !m.leave;
-                let from_synthetic = current.as_ref().map_or(true, |c| c.first() == Some(&b'<'));
+                let from_synthetic = current.as_ref().is_none_or(|c| c.first() == Some(&b'<'));
                 if plain && !synthetic && !from_synthetic && current.as_deref() != Some(&m.file[..]) {
                     out.renamed_files = true;
                 }

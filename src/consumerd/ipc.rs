@@ -58,6 +58,9 @@ impl std::fmt::Display for ConnId {
 }
 
 /// What the server tells the tokio side.
+// Frames are the common case and move once, through a channel: boxing
+// each would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum IpcEvent {
     /// A whole frame from the wrapper.

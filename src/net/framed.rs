@@ -224,6 +224,9 @@ pub enum Outgoing {
     Encoded(Bytes),
 }
 
+// Sends are the common case and move once, through a channel: boxing
+// each would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     Send(Outgoing),
     Finish,

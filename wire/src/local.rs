@@ -62,6 +62,9 @@ pub const CONSUMERD_LIMITS: Limits = Limits { max_header: 64 << 10, max_payload:
 const RESERVE_AHEAD: usize = 4 << 20;
 
 /// A message from the wrapper.
+// A job is nearly every message and is read once per compile: boxing it
+// would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WrapperMsg {
     /// Opens the connection: a compile that may go remote.
