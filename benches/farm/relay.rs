@@ -6,6 +6,7 @@
 //! receives from every socket (epoll through mio), one sends what is due
 //! (a heap of due times, waited on with a condition variable, which sleeps
 //! with nanosecond resolution where tokio's timers have a millisecond).
+//! Both run at real-time priority ([`realtime`]).
 //!
 //! At start the relay measures what it adds itself: round trips to an echo
 //! socket straight and through a zero-delay link, and prints the difference.

@@ -468,7 +468,7 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
         "\n## How it is built\n\n\
          Hosts are network namespaces joined to the scheduler's by veth pairs on a bridge, each end's egress shaped with\n\
          `tbf`; delay and jitter come from a userspace UDP relay in the scheduler's namespace (the kernel has no `netem`),\n\
-         whose own added round trip is measured at its start (above). Agents are `ccroute agent --test-toolchain\n\
+         its threads at real-time priority, whose own added round trip is measured at its start (above). Agents are `ccroute agent --test-toolchain\n\
          --replay-speed S` processes; each unit holds its token for its recorded CPU time ÷ S and returns an object of its\n\
          recorded size. Builds are replay clients driving the consumerd's link like `make -jN` (N = the farm's tokens),\n\
          with preprocessed payloads of each unit's recorded size and compressibility. Traces are in\n\
