@@ -115,7 +115,9 @@ fn copies(c: &Cluster) -> usize {
 /// most the copies of stragglers the schedulers started on purpose
 /// (hedging is on, as it is by default: on two busy cores a unit often runs
 /// past twice its expected time near a build's end, and a restarted
-/// scheduler judges adopted units by a model up to 30 s old). Build times
+/// scheduler judges adopted units by a model up to 30 s old). After each
+/// build every agent's tokens are back (a task held through the restart and
+/// not adopted is dropped, its reserved token with it). Build times
 /// are printed against the same build without a fault (not asserted:
 /// shared machine).
 #[test]
@@ -170,6 +172,22 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
         let took = started.elapsed();
         assert!(out.status.success(), "build {name} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
         assert_same_objects(&expected, &common::objects(&out_dir));
+        // Every token comes back: each task an agent held through a restart
+        // is adopted, or dropped as unclaimed (its consumerd compiled it, or
+        // it was one of a hedged task's two copies and the other was adopted).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = c.status();
+            if status["agents"].as_array().unwrap().iter().all(|a| a["tokens_in_use"].as_u64() == Some(0)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: a token is still held 30 s after the build: {status}\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let compiled = agent_compiles(c) - compiled_before;
         let local = usize::try_from(local_compiles(c) - local_before).unwrap();
         let copied = if kill_at.is_some() { copies_of_killed + copies(c) } else { copies(c) - copies_before };
