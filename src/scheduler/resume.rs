@@ -18,7 +18,7 @@
 //! ([`Interception::adopt`]) — the agent answers it under its new id, at
 //! once if it has finished — and is compiled nowhere else. A task two
 //! agents hold (hedged when the scheduler was lost) is adopted by the one
-//! that announced it first; the other copy is dropped as unclaimed. A
+//! that announced it last; the other copy is dropped as unclaimed. A
 //! resumed task no agent announced waits until [`RESUME_WINDOW`] after the
 //! scheduler started, for agents still reconnecting, then goes on to be
 //! placed like any task. An announced task no consumerd sent again within
@@ -59,11 +59,12 @@ type Holder = (AgentId, u64);
 
 /// What waits under an origin.
 enum Slot {
-    /// Agents hold the task, oldest announcement first: one, or more for a
-    /// task hedged when the earlier scheduler was lost (each copy's agent
-    /// announces it) or an agent that reconnected at once (its older
-    /// session left). One is adopted; the others are dropped at their
-    /// agent's window, their tokens back.
+    /// Agents hold the task, in the order they announced it: one, or more
+    /// for a task hedged when the earlier scheduler was lost (each copy's
+    /// agent announces it) or an agent that reconnected at once (its older
+    /// session is leaving, so the newest announcement is adopted first).
+    /// One is adopted; the others are dropped at their agent's window,
+    /// their tokens back.
     Announced(Vec<Holder>),
     /// Its consumerd sent it again; held until an agent announces it.
     Waiting(Interception<NetJob>),
@@ -89,7 +90,7 @@ impl std::fmt::Debug for Resumes {
 }
 
 /// What to do with a task that is adopted outside the table's lock: its
-/// origin, the task, the agent that holds it first.
+/// origin, the task, the agent to ask first.
 type Adoption = (Origin, Interception<NetJob>, Holder);
 
 impl Resumes {
@@ -181,16 +182,16 @@ impl Resumes {
         )
     }
 
-    /// The oldest holder announced for `origin`, taken out of the table;
+    /// The newest holder announced for `origin`, taken out of the table;
     /// any other holder stays, to be dropped at its agent's window.
     fn claim(&self, origin: Origin) -> Option<Holder> {
         let Entry::Occupied(mut e) = self.slots.entry(origin) else { return None };
         let Slot::Announced(holders) = e.get_mut() else { return None };
-        let first = (!holders.is_empty()).then(|| holders.remove(0));
+        let newest = holders.pop();
         if holders.is_empty() {
             e.remove();
         }
-        first
+        newest
     }
 
     fn adopt(&self, (origin, mut held, mut holder): Adoption) {
@@ -243,11 +244,11 @@ impl Hook<NetJob> for ResumeHook {
                 Slot::Announced(holders) if !holders.is_empty() => {
                     // Cancelled already: the announcements stay, to expire.
                     let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
-                    let first = holders.remove(0);
+                    let newest = holders.pop();
                     if holders.is_empty() {
                         e.remove();
                     }
-                    Some((origin, held, first))
+                    newest.map(|h| (origin, held, h))
                 }
                 _ if holding => {
                     let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
@@ -306,17 +307,19 @@ mod tests {
         assert!(table.slots.is_empty());
     }
 
-    /// When the first holder cannot adopt (its session left), the next one
-    /// is asked; a table with no holder left has nothing to claim.
+    /// The newest announcement is asked first (an agent that reconnected at
+    /// once announces again from a new session while its old one is
+    /// leaving); when it cannot adopt, the one before; a table with no
+    /// holder left has nothing to claim.
     #[test]
-    fn holders_are_claimed_oldest_first_until_none_is_left() {
+    fn holders_are_claimed_newest_first_until_none_is_left() {
         let table = Resumes::new();
         let task = Origin { consumerd: 1, task_id: 7 };
         table.announce(AgentId(5), &holding(1, task));
         table.announce(AgentId(6), &holding(2, task));
-        assert_eq!(table.claim(task), Some((AgentId(5), 1)));
         assert_eq!(table.claim(task), Some((AgentId(6), 2)));
+        assert_eq!(table.claim(task), Some((AgentId(5), 1)));
         assert_eq!(table.claim(task), None);
-        assert_eq!(table.unclaimed(AgentId(6), &holding(2, task)), Vec::<u64>::new());
+        assert_eq!(table.unclaimed(AgentId(5), &holding(1, task)), Vec::<u64>::new());
     }
 }
