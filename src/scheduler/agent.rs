@@ -65,6 +65,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         pinned = hello.body.speed_milli > 0,
         "agent joined"
     );
+    state.resumes.agent_joined(hello.body.node_id);
     if !resumed.is_empty() {
         tracing::info!(tasks = resumed.len(), "the agent still holds tasks from an earlier scheduler");
         state.resumes.announce(session.id(), &resumed);
@@ -191,6 +192,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     if let Some(web) = &state.web {
         web.agent_left(node.0);
     }
+    // Were its connection lost, not the agent, it comes back holding them.
+    state.resumes.agent_left(hello.body.node_id, session.in_flight(), Instant::now());
     super::finish(&conn, "agent", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();

@@ -18,10 +18,13 @@
 //! ([`Interception::adopt`]) — the agent answers it under its new id, at
 //! once if it has finished — and is compiled nowhere else. A task two
 //! agents hold (hedged when the scheduler was lost) is adopted by the one
-//! that announced it last; the other copy is dropped as unclaimed. A
-//! resumed task no agent announced waits until [`RESUME_WINDOW`] after the
-//! scheduler started, for agents still reconnecting, then goes on to be
-//! placed like any task. An announced task no consumerd sent again within
+//! that announced it last; the other copy is dropped as unclaimed.
+//! A resumed task no agent announced waits, for agents still reconnecting,
+//! until [`RESUME_WINDOW`] after the scheduler started, or while an agent
+//! that left with tasks in flight has not come back (at most [`AWAY_WAIT`]
+//! after it left: a scheduler that kept running but lost every connection
+//! when its own link failed is in a restarted one's place), then goes on
+//! to be placed like any task. An announced task no consumerd sent again within
 //! [`RESUME_WINDOW`] of its agent's connection is dropped by the agent and
 //! its token comes back (its consumerd gave up and compiled it itself, or
 //! the old scheduler's answer reached it).
@@ -34,7 +37,9 @@
 //! announced task or a held resumed one); a shard lock is held only to take
 //! or put an entry, never while a task is adopted or placed.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ccroute_wire::{Origin, ResumedTask};
@@ -49,6 +54,13 @@ use ccroute_core::{AgentId, Hook, HookAction, Interception, TaskRef};
 /// agent connected. Peers come back within about a second of a restarted
 /// scheduler listening (`net::knock`, stateless resets).
 pub(crate) const RESUME_WINDOW: Duration = Duration::from_secs(2);
+
+/// How long, after an agent left with tasks in flight, a resumed task no
+/// agent announced waits for it to come back: the two ends of a connection
+/// time out apart by up to the idle timeout (5 s; the agent may hear of
+/// the loss that much later), and a peer dials again within about a second
+/// of noticing.
+pub(crate) const AWAY_WAIT: Duration = Duration::from_secs(7);
 
 /// How often held resumed tasks and announced tasks are checked against
 /// the window.
@@ -75,6 +87,9 @@ pub(crate) struct Resumes {
     /// Until when a resumed task no agent announced is held.
     until: Instant,
     slots: DashMap<Origin, Slot>,
+    /// Agents by node: sessions open, and for one that left with tasks in
+    /// flight and has none open, until when it is waited for.
+    agents: Mutex<HashMap<u128, Presence>>,
     /// Tasks adopted by the agent that held them.
     adopted: AtomicU64,
     /// Announced tasks no consumerd sent again in time.
@@ -89,6 +104,14 @@ impl std::fmt::Debug for Resumes {
     }
 }
 
+/// An agent node's sessions, as the table knows them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Presence {
+    open: u32,
+    /// Set when its last session ended with tasks in flight.
+    awaited_until: Option<Instant>,
+}
+
 /// What to do with a task that is adopted outside the table's lock: its
 /// origin, the task, the agent to ask first.
 type Adoption = (Origin, Interception<NetJob>, Holder);
@@ -99,10 +122,47 @@ impl Resumes {
         Resumes {
             until: Instant::now() + RESUME_WINDOW,
             slots: DashMap::new(),
+            agents: Mutex::new(HashMap::new()),
             adopted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             placed: AtomicU64::new(0),
         }
+    }
+
+    /// A session of agent `node` began: it is no longer waited for.
+    pub(crate) fn agent_joined(&self, node: u128) {
+        let mut agents = self.agents.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let p = agents.entry(node).or_default();
+        p.open += 1;
+        p.awaited_until = None;
+    }
+
+    /// A session of agent `node` ended with `in_flight` tasks: with none of
+    /// its sessions left open and tasks in flight, resumed tasks wait up to
+    /// [`AWAY_WAIT`] for it to come back and announce them.
+    pub(crate) fn agent_left(&self, node: u128, in_flight: usize, now: Instant) {
+        let mut agents = self.agents.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(p) = agents.get_mut(&node) else { return };
+        p.open = p.open.saturating_sub(1);
+        if p.open == 0 {
+            if in_flight > 0 {
+                p.awaited_until = Some(now + AWAY_WAIT);
+            } else {
+                agents.remove(&node);
+            }
+        }
+    }
+
+    /// Whether a resumed task no agent announced is held at `now`: within
+    /// the window after the start, or while an agent that left with tasks
+    /// in flight is awaited. Agents awaited past their time are forgotten.
+    fn holding(&self, now: Instant) -> bool {
+        if now < self.until {
+            return true;
+        }
+        let mut agents = self.agents.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        agents.retain(|_, p| p.open > 0 || p.awaited_until.is_some_and(|t| now < t));
+        agents.values().any(|p| p.awaited_until.is_some())
     }
 
     /// An agent connected holding `tasks`: each is adopted at once by a
@@ -150,9 +210,10 @@ impl Resumes {
     }
 
     /// Places the resumed tasks whose wait is over (the scheduler's window
-    /// has passed), and lets go of those cancelled meanwhile.
+    /// has passed and no agent is awaited), and lets go of those cancelled
+    /// meanwhile.
     pub(crate) fn sweep(&self) {
-        if Instant::now() >= self.until {
+        if !self.holding(Instant::now()) {
             self.place_waiting();
         }
     }
@@ -235,7 +296,7 @@ impl Hook<NetJob> for ResumeHook {
         }
         let origin = Origin { consumerd: body.origin.0, task_id: body.header.task_id };
         let table = &self.resumes;
-        let holding = Instant::now() < table.until;
+        let holding = table.holding(Instant::now());
         // A copy sent earlier that still waits (a consumerd that reconnected
         // twice; its earlier session cancelled it): let go of outside the lock.
         let mut stale = None;
@@ -305,6 +366,41 @@ mod tests {
         ended.sort_unstable();
         assert_eq!(ended, [11, 22], "each copy ends once: adopted or dropped");
         assert!(table.slots.is_empty());
+    }
+
+    /// A scheduler that kept running but lost its agents' connections (its
+    /// own link failed) holds a resumed task no agent announced while an
+    /// agent that left with tasks in flight has not come back, as a
+    /// restarted one does in its first window; not for an agent that left
+    /// with nothing, one that is back (even before its old session was
+    /// seen to end), or one awaited past [`AWAY_WAIT`].
+    #[test]
+    fn resumed_tasks_wait_for_agents_that_left_holding_tasks() {
+        let mut table = Resumes::new();
+        let start = Instant::now();
+        table.until = start;
+        assert!(!table.holding(start), "past the start's window, nobody awaited");
+
+        table.agent_joined(1);
+        table.agent_left(1, 0, start);
+        assert!(!table.holding(start), "it left holding nothing");
+
+        table.agent_joined(2);
+        table.agent_left(2, 8, start);
+        assert!(table.holding(start + Duration::from_secs(1)), "it left holding 8 tasks");
+        assert!(!table.holding(start + AWAY_WAIT), "awaited no longer than AWAY_WAIT");
+
+        table.agent_left(2, 8, start);
+        table.agent_joined(2);
+        assert!(!table.holding(start + Duration::from_secs(1)), "it came back");
+
+        // Back before its old session was seen to end: not awaited.
+        table.agent_joined(3);
+        table.agent_joined(3);
+        table.agent_left(3, 8, start);
+        assert!(!table.holding(start + Duration::from_secs(1)));
+        table.agent_left(3, 8, start);
+        assert!(table.holding(start + Duration::from_secs(1)), "both its sessions ended");
     }
 
     /// The newest announcement is asked first (an agent that reconnected at
