@@ -403,6 +403,10 @@ async fn serve(
     // Freed memory goes back to the system while compiles go on, and once
     // they stop (see `crate::memory`).
     let mut trim = memory::IdleTrim::every(memory::AGENT_TRIM_EVERY);
+    // Packets from the scheduler (keep-alives included) say it still hears
+    // us: results sent well before the last are not in doubt.
+    work.heard(Instant::now());
+    let mut received = conn.stats().udp_rx.datagrams;
     let lost = loop {
         let frame: Frame = tokio::select! {
             next = reader.next() => match next {
@@ -427,6 +431,11 @@ async fn serve(
             }
             Some(_) = senders.join_next(), if !senders.is_empty() => continue,
             _ = tick.tick() => {
+                let now_received = conn.stats().udp_rx.datagrams;
+                if now_received != received {
+                    received = now_received;
+                    work.heard(Instant::now());
+                }
                 let executor = work.executor();
                 if trim.observe(Instant::now(), executor.started(), u64::from(executor.running())) {
                     tokio::task::spawn_blocking(memory::release_free_memory);

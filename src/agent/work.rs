@@ -8,10 +8,12 @@
 //!
 //! When a connection is lost ([`Work::orphan`]):
 //! - every running compile keeps running under a new handle;
-//! - every result sent in the last [`RETAIN`] is kept under a handle too:
-//!   the lost scheduler may have taken it and died before passing it on
-//!   (a peer learns of a dead scheduler only from its successor's reset or
-//!   the idle timeout, so anything sent that recently is in doubt).
+//! - every result sent after the scheduler was last heard from, or up to
+//!   [`RETAIN`] before, is kept under a handle too: the lost scheduler may
+//!   have taken it and died before passing it on, or never have got it (a
+//!   peer learns of a dead scheduler or a dead link only from a successor's
+//!   reset or the idle timeout, so anything sent that close to the silence
+//!   is in doubt; an agent may notice seconds after the scheduler did).
 //!
 //! The next hello lists them all ([`Work::resumable`]). The scheduler then
 //! either adopts one ([`Work::adopt`]: it answers under the new task id, at
@@ -31,8 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::executor::{ExecTask, Executor};
 
-/// How long a sent result is kept in case its connection turns out lost:
-/// past the idle timeout (5 s), after which a silent scheduler is known dead.
+/// How long before the scheduler was last heard from a sent result is
+/// still kept in case its connection turns out lost: past the idle timeout
+/// (5 s), after which a silent scheduler is known dead.
 pub const RETAIN: Duration = Duration::from_secs(6);
 /// The most bytes of objects kept for results sent lately or not delivered.
 pub const HELD_MAX_BYTES: usize = 64 << 20;
@@ -84,6 +87,8 @@ pub struct Work {
     held_bytes: usize,
     recent: VecDeque<Sent>,
     recent_bytes: usize,
+    /// When the scheduler was last heard from (see [`Work::heard`]).
+    heard: Instant,
     next_handle: u64,
 }
 
@@ -109,6 +114,7 @@ impl Work {
             held_bytes: 0,
             recent: VecDeque::new(),
             recent_bytes: 0,
+            heard: Instant::now(),
             next_handle: 1,
         }
     }
@@ -230,9 +236,20 @@ impl Work {
         }
     }
 
+    /// The scheduler was heard from at `at` (a frame, a packet): results
+    /// sent [`RETAIN`] before it are taken as delivered.
+    pub fn heard(&mut self, at: Instant) {
+        self.heard = self.heard.max(at);
+    }
+
+    /// Whether a result sent at `at` is still in doubt.
+    fn in_doubt(&self, at: Instant) -> bool {
+        self.heard.saturating_duration_since(at) <= RETAIN
+    }
+
     /// The connection is lost: what runs goes on under handles, and results
-    /// sent lately are kept under handles too. Kept results past their age
-    /// are dropped.
+    /// still in doubt are kept under handles too. Kept results past their
+    /// age are dropped.
     pub fn orphan(&mut self) {
         let now = Instant::now();
         let ids: Vec<u64> = self.running.keys().copied().filter(|id| id & ResumedTask::HANDLE_BIT == 0).collect();
@@ -251,7 +268,7 @@ impl Work {
         }
         while let Some(sent) = self.recent.pop_front() {
             self.recent_bytes -= sent.object.len();
-            if now.duration_since(sent.at) <= RETAIN {
+            if self.in_doubt(sent.at) {
                 let handle = self.new_handle();
                 self.hold(handle, sent.origin, sent.toolchain, sent.header, sent.object, sent.at);
             }
@@ -329,12 +346,12 @@ impl Work {
         Some(held)
     }
 
-    /// Keeps a copy of a result being sent, for [`RETAIN`] (the object is
-    /// shared, not copied), within [`HELD_MAX_BYTES`].
+    /// Keeps a copy of a result being sent while it is in doubt (the object
+    /// is shared, not copied), within [`HELD_MAX_BYTES`].
     fn remember(&mut self, origin: Origin, toolchain: ToolchainKey, header: &ResultHeader, object: &Bytes) {
         let now = Instant::now();
         while let Some(first) = self.recent.front() {
-            if now.duration_since(first.at) <= RETAIN && self.recent_bytes + object.len() <= HELD_MAX_BYTES {
+            if self.in_doubt(first.at) && self.recent_bytes + object.len() <= HELD_MAX_BYTES {
                 break;
             }
             self.recent_bytes -= first.object.len();
@@ -345,5 +362,50 @@ impl Work {
         }
         self.recent_bytes += object.len();
         self.recent.push_back(Sent { at: now, origin, toolchain, header: header.clone(), object: object.clone() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::executor::ExecutorConfig;
+
+    fn work(scratch: &std::path::Path) -> Work {
+        let config = ExecutorConfig { scratch_parent: scratch.to_owned(), ..ExecutorConfig::default() };
+        Work::new(Arc::new(Executor::new(config).expect("an executor")))
+    }
+
+    fn sent(at: Instant, task_id: u64) -> Sent {
+        Sent {
+            at,
+            origin: Origin { consumerd: 1, task_id },
+            toolchain: ToolchainKey(1),
+            header: ResultHeader::bare(task_id, Outcome::Success),
+            object: Bytes::from_static(b"object"),
+        }
+    }
+
+    /// A result sent while the scheduler was already silent is kept when
+    /// the connection is lost, however late the agent notices (an agent
+    /// can notice seconds after the scheduler timed it out, and the old
+    /// rule, "sent in the last RETAIN", dropped such a result: its unit was
+    /// compiled again); one sent well before the scheduler was last heard
+    /// from is taken as delivered.
+    #[test]
+    fn results_sent_near_or_after_the_last_word_from_the_scheduler_are_kept() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let now = Instant::now();
+        let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).expect("a clock past 30 s");
+        work.heard = ago(20);
+        work.recent.push_back(sent(ago(30), 1)); // 10 s before the last word: delivered
+        work.recent.push_back(sent(ago(24), 2)); // 4 s before it: in doubt
+        work.recent.push_back(sent(ago(12), 3)); // after it, 12 s before the loss is noticed
+        work.recent_bytes = work.recent.iter().map(|s| s.object.len()).sum();
+        work.orphan();
+        let mut kept: Vec<u64> = work.held.values().map(|h| h.origin.task_id).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [2, 3]);
+        assert_eq!(work.resumable().len(), 2, "both are announced to the next scheduler");
     }
 }
