@@ -65,11 +65,13 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         pinned = hello.body.speed_milli > 0,
         "agent joined"
     );
-    state.resumes.agent_joined(hello.body.node_id);
     if !resumed.is_empty() {
         tracing::info!(tasks = resumed.len(), "the agent still holds tasks from an earlier scheduler");
         state.resumes.announce(session.id(), &resumed);
     }
+    // After its announcements: a resumed task of its consumerd is held
+    // until they are in the table.
+    state.resumes.agent_joined(hello.body.node_id);
     // When the announced tasks no consumerd sent again are dropped.
     let unclaimed_at =
         tokio::time::sleep(if resumed.is_empty() { Duration::ZERO } else { super::resume::RESUME_WINDOW });
