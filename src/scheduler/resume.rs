@@ -390,8 +390,10 @@ mod tests {
         assert!(table.holding(start + Duration::from_secs(1)), "it left holding 8 tasks");
         assert!(!table.holding(start + AWAY_WAIT), "awaited no longer than AWAY_WAIT");
 
-        table.agent_left(2, 8, start);
-        table.agent_joined(2);
+        table.agent_joined(4);
+        table.agent_left(4, 8, start);
+        assert!(table.holding(start + Duration::from_secs(1)));
+        table.agent_joined(4);
         assert!(!table.holding(start + Duration::from_secs(1)), "it came back");
 
         // Back before its old session was seen to end: not awaited.
