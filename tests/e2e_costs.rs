@@ -119,3 +119,34 @@ fn agents_speeds_are_pinned_or_learnt_and_kept_across_a_restart() {
     assert_eq!(speed(&s, "pinned-agent"), 2500);
     assert_eq!(s["totals"]["requests"].as_u64(), Some(0), "before any task");
 }
+
+/// An agent nobody has seen measures its speed when it starts (its own
+/// toolchain on a fixed unit; here the test toolchain, whose replayed units
+/// take their time ÷ `--replay-speed`), and the scheduler places it by that
+/// before any result: `ccroute status` shows it.
+#[test]
+fn a_new_agent_is_placed_by_the_speed_it_measured_at_its_start() {
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-cache", "--no-optimizer"]);
+    for (name, replay_speed, probe) in
+        [("slow-host", "0.4", None), ("fast-host", "2", None), ("unprobed-host", "0.4", Some("--no-speed-probe"))]
+    {
+        let mut args = vec!["--jobs", "2", "--no-discover", "--test-toolchain", "--replay-speed", replay_speed];
+        args.extend(["--name", name]);
+        args.extend(probe);
+        c.start_agent(&args);
+    }
+    c.wait_ready(3);
+    let s = c.status();
+    let speed = |host: &str| {
+        s["agents"].as_array().unwrap().iter().find(|a| a["host_name"] == host).unwrap_or_else(|| panic!("{s}"))
+            ["speed_milli"]
+            .as_u64()
+            .unwrap()
+    };
+    // Nominal ÷ measured, the replay's few milliseconds of path included.
+    assert!((340..=400).contains(&speed("slow-host")), "{}", s["agents"]);
+    assert!((1700..=2000).contains(&speed("fast-host")), "{}", s["agents"]);
+    assert_eq!(speed("unprobed-host"), 1000, "an agent that did not measure starts nominal: {}", s["agents"]);
+    assert_eq!(s["totals"]["requests"].as_u64(), Some(0), "before any task");
+}

@@ -47,6 +47,9 @@ pub struct AgentConfig {
     /// Its speed pinned for the scheduler's placement, thousandths of the
     /// nominal (`--speed 2.5` is 2500); 0: the scheduler learns it.
     pub speed_milli: u32,
+    /// Whether to measure this host's speed at start when it is not pinned
+    /// ([`super::speed_probe`]).
+    pub speed_probe: bool,
     /// Compilers to offer besides those found in `PATH`.
     pub compilers: Vec<PathBuf>,
     /// Whether to look in `PATH` for gcc, g++, cc, c++, clang, clang++.
@@ -135,6 +138,7 @@ impl AgentConfig {
             transport: TransportOptions::default(),
             jobs: crate::host::online_cpus(),
             speed_milli: 0,
+            speed_probe: true,
             compilers: Vec::new(),
             discover: true,
             test_toolchain: false,
@@ -204,6 +208,14 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         let source = metrics_source(executor.clone(), config.jobs);
         tokio::spawn(net::exposition::serve(listener, source, shutdown.clone()));
     }
+    // Pinned, it is not measured; a failed probe leaves it to the results.
+    let mut probed = 0;
+    if config.speed_milli == 0 && config.speed_probe {
+        tokio::select! {
+            p = super::speed_probe::measure(&executor, &toolchains) => probed = p.unwrap_or(0),
+            () = shutdown.cancelled() => return Ok(()),
+        }
+    }
     let mut work = Work::new(executor);
     let mut sampler = CpuSampler::new();
     let mut backoff = net::Backoff::new();
@@ -213,7 +225,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
         let started = Instant::now();
         // Dialling knocks for as long as nothing answers: shutdown stops it.
         let dialled = tokio::select! {
-            d = connect(&config, &identity, &toolchains, &shipping_state, work.resumable()) => d,
+            d = connect(&config, &identity, (&toolchains, probed), &shipping_state, work.resumable()) => d,
             () = shutdown.cancelled() => break,
         };
         let pause = match dialled {
@@ -368,7 +380,7 @@ async fn wait_for_certificates(dir: &Path, shutdown: &CancellationToken) -> Opti
 async fn connect(
     config: &AgentConfig,
     identity: &Identity,
-    toolchains: &[Toolchain],
+    (toolchains, probed_speed_milli): (&[Toolchain], u32),
     shipping: &ccroute_wire::Shipping,
     resumed: Vec<ccroute_wire::ResumedTask>,
 ) -> Result<(quinn::Connection, net::FrameWriter, net::FrameReader, u32), NetError> {
@@ -380,6 +392,7 @@ async fn connect(
         toolchains: toolchains.to_vec(),
         usage_limit: config.jobs,
         speed_milli: config.speed_milli,
+        probed_speed_milli,
         shipping: shipping.clone(),
         resumed,
     };

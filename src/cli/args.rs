@@ -185,10 +185,15 @@ pub struct AgentArgs {
     #[arg(long, short = 'j', env = "CCROUTE_JOBS")]
     pub jobs: Option<u32>,
     /// This host's speed for the scheduler's placement, relative to a
-    /// nominal host (2.5: compiles in 40 % of the time); default: the
-    /// scheduler learns it from this agent's results.
+    /// nominal host (2.5: compiles in 40 % of the time); default: measured
+    /// at start (a fixed unit compiled twice, ~0.4 s of CPU), then learnt
+    /// by the scheduler from this agent's results.
     #[arg(long, env = "CCROUTE_SPEED")]
     pub speed: Option<f64>,
+    /// Do not measure this host's speed at start: the scheduler learns it
+    /// from this agent's results alone.
+    #[arg(long, conflicts_with = "speed")]
+    pub no_speed_probe: bool,
     /// A compiler to offer besides those found in PATH (repeatable).
     #[arg(long = "compiler")]
     pub compilers: Vec<PathBuf>,

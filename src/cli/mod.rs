@@ -270,6 +270,7 @@ async fn agent(a: AgentArgs, file: args::FileConfig, jobs: u32) -> Result<(), Bo
         Some(x) if x.is_finite() && (0.05..=20.0).contains(&x) => (x * 1000.0).round() as u32,
         Some(x) => return Err(format!("--speed {x}: give a speed from 0.05 to 20 (1 is a nominal host)").into()),
     };
+    config.speed_probe = !a.no_speed_probe;
     config.compilers = a.compilers;
     config.discover = !a.no_discover;
     config.test_toolchain = a.test_toolchain;

@@ -69,6 +69,7 @@ impl AdminLink {
                 toolchains: vec![],
                 usage_limit: 0,
                 speed_milli: 0,
+                probed_speed_milli: 0,
                 shipping: ccroute_wire::Shipping::Off,
                 resumed: Vec::new(),
             },

@@ -525,6 +525,7 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
         toolchains,
         usage_limit: 0,
         speed_milli: 0,
+        probed_speed_milli: 0,
         shipping: ccroute_wire::Shipping::Off,
         resumed: Vec::new(),
     };

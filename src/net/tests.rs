@@ -65,6 +65,7 @@ fn hello(role: Role, version: u32) -> Hello {
             toolchains: vec![],
             usage_limit: 0,
             speed_milli: 0,
+            probed_speed_milli: 0,
             shipping: ccroute_wire::Shipping::Off,
             resumed: Vec::new(),
         },

@@ -57,12 +57,15 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             return;
         }
     };
-    let mut speed = Speed::new(hello.body.speed_milli, state.costs.speed_of(&hello.body.host_name), &session);
+    let body = &hello.body;
+    let mut speed =
+        Speed::new((body.speed_milli, body.probed_speed_milli), state.costs.speed_of(&body.host_name), &session);
     tracing::info!(
-        toolchains = hello.body.toolchains.len(),
+        toolchains = body.toolchains.len(),
         limit = session.token_limit(),
         speed = session.speed(),
-        pinned = hello.body.speed_milli > 0,
+        pinned = body.speed_milli > 0,
+        probed = body.probed_speed_milli,
         "agent joined"
     );
     if !resumed.is_empty() {
@@ -318,7 +321,9 @@ struct Flight {
 
 /// An agent's speed: pinned by its configuration, or learnt from its
 /// results (what a unit was expected to cost ÷ the time it took here), and
-/// given to the core for placement ([`AgentSession::set_speed`]).
+/// given to the core for placement ([`AgentSession::set_speed`]). Before
+/// its results say anything, the speed the agent measured at its start
+/// ([`crate::agent::speed_probe`]) stands in, unless one was kept for its host.
 ///
 /// A unit's own history is what tells an agent's speed; a prediction from
 /// the size line is off by 3-10x either way, and speeds learnt from it
@@ -328,6 +333,9 @@ struct Flight {
 /// nothing better), and its first such result replaces what they taught.
 struct Speed {
     pinned: bool,
+    /// Whether it began at the agent's probed speed: a measure of this
+    /// host, which size-line guesses do not move.
+    probed: bool,
     /// The learnt speed's logarithm, a moving average.
     ln: f64,
     /// What the core was last given, thousandths.
@@ -345,16 +353,32 @@ impl Speed {
     const SETTLED: u32 = 16;
 
     /// Pinned when `pinned_milli` is not 0; else from what was learnt of
-    /// its host before (`known`), else nominal.
-    fn new(pinned_milli: u32, known: Option<u32>, session: &AgentSession<NetJob>) -> Speed {
-        if pinned_milli > 0 {
-            session.set_speed(pinned_milli);
-        } else if let Some(known) = known {
-            session.set_speed(known);
+    /// its host before (`known`), else as probed (`probed_milli`, 0: not),
+    /// else nominal.
+    fn new(milli: (u32, u32), known: Option<u32>, session: &AgentSession<NetJob>) -> Speed {
+        let (start, mut speed) = Speed::start(milli, known);
+        if let Some(start) = start {
+            session.set_speed(start);
         }
-        let given = session.speed();
+        speed.given = session.speed();
+        speed.ln = (f64::from(speed.given) / 1000.0).ln();
+        speed
+    }
+
+    /// The speed to give the core first, if not nominal, and the state
+    /// before its `given` is known.
+    fn start((pinned_milli, probed_milli): (u32, u32), known: Option<u32>) -> (Option<u32>, Speed) {
+        let pinned = pinned_milli > 0;
+        let probed = !pinned && known.is_none() && probed_milli > 0;
+        let start = if pinned {
+            Some(pinned_milli)
+        } else if known.is_some() {
+            known
+        } else {
+            probed.then_some(probed_milli)
+        };
         let from_history = if known.is_some() { Self::SETTLED } else { 0 };
-        Speed { pinned: pinned_milli > 0, ln: (f64::from(given) / 1000.0).ln(), given, from_history }
+        (start, Speed { pinned, probed, ln: 0.0, given: 0, from_history })
     }
 
     /// Learns from one unit that was expected to cost `expected` at speed 1
@@ -382,7 +406,7 @@ impl Speed {
                 }
             }
         }
-        if self.pinned || self.from_history > 0 {
+        if self.pinned || self.probed || self.from_history > 0 {
             f64::from(self.given) / 1000.0
         } else {
             1.0
@@ -394,7 +418,7 @@ impl Speed {
         let weight = match expected.basis {
             _ if self.pinned || expected.micros == 0 || took_us <= 0.0 => return None,
             Basis::Cold => return None,
-            Basis::Size if self.from_history > 0 => return None,
+            Basis::Size if self.from_history > 0 || self.probed => return None,
             Basis::Size => Self::WEIGHT,
             Basis::History => {
                 self.from_history = (self.from_history + 1).min(Self::SETTLED);
@@ -568,7 +592,7 @@ mod tests {
     use super::*;
 
     fn learning() -> Speed {
-        Speed { pinned: false, ln: 0.0, given: 1000, from_history: 0 }
+        Speed { pinned: false, probed: false, ln: 0.0, given: 1000, from_history: 0 }
     }
 
     fn at(micros: u64, basis: Basis) -> Prediction {
@@ -624,5 +648,24 @@ mod tests {
         assert_eq!(moved, ((2f64.ln() / 16.0).exp() * 1000.0).round() as u32);
         let mut pinned = Speed { pinned: true, ..learning() };
         assert_eq!(pinned.learn(at(2_000, Basis::History), 1_000.0), None);
+    }
+
+    #[test]
+    fn a_probed_speed_stands_until_a_units_history_speaks() {
+        // What comes first: pinned, then kept, then probed, then nominal.
+        let first = |pinned, probed, known| {
+            let (start, s) = Speed::start((pinned, probed), known);
+            (start, s.pinned, s.probed, s.from_history)
+        };
+        assert_eq!(first(2500, 400, Some(700)), (Some(2500), true, false, Speed::SETTLED));
+        assert_eq!(first(0, 400, Some(700)), (Some(700), false, false, Speed::SETTLED));
+        assert_eq!(first(0, 400, None), (Some(400), false, true, 0));
+        assert_eq!(first(0, 0, None), (None, false, false, 0));
+        // Probed at 0.4: the size line, off 3-10x, does not move it.
+        let mut s = Speed { probed: true, ln: 0.4f64.ln(), given: 400, ..learning() };
+        assert_eq!(s.learn(at(90_000, Basis::Size), 1_000.0), None);
+        assert_eq!(s.learn(at(1_000, Basis::Cold), 1_000.0), None);
+        // A unit's own history does, as the first such result always does: 0.5.
+        assert_eq!(s.learn(at(1_000, Basis::History), 2_000.0), Some(500));
     }
 }

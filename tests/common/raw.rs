@@ -60,6 +60,7 @@ impl RawConsumerd {
                 toolchains,
                 usage_limit: 0,
                 speed_milli: 0,
+                probed_speed_milli: 0,
                 shipping: ccroute_wire::Shipping::Off,
                 resumed: Vec::new(),
             },

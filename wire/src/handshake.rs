@@ -23,9 +23,10 @@ use crate::frame::LEN_PREFIX;
 use crate::toolchain::Toolchain;
 
 /// This build's protocol version.
-pub const PROTOCOL_VERSION: u32 = 7;
-/// The oldest peer version this build talks to.
-pub const MIN_COMPATIBLE_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 8;
+/// The oldest peer version this build talks to: 8 added a field to the
+/// hello's body, which older bodies do not decode as.
+pub const MIN_COMPATIBLE_VERSION: u32 = 8;
 /// Largest handshake frame.
 pub const MAX_HANDSHAKE: u32 = 1 << 20;
 
@@ -93,6 +94,11 @@ pub struct HelloBody {
     /// thousandths of the nominal; 0: the scheduler learns it from their
     /// results. Others: 0.
     pub speed_milli: u32,
+    /// Agents: their speed as measured when they started, by compiling a
+    /// fixed unit (`ccroute agent --no-speed-probe` turns it off),
+    /// thousandths of the nominal; the scheduler places by it until their
+    /// results tell it better. 0: not measured. Others: 0.
+    pub probed_speed_milli: u32,
     /// Agents: whether they run toolchains shipped to them. Others: `Off`.
     pub shipping: Shipping,
     /// Agents: the tasks they still run, or have finished, for a scheduler
@@ -363,6 +369,7 @@ mod tests {
                 toolchains: vec![],
                 usage_limit: 64,
                 speed_milli: 1500,
+                probed_speed_milli: 700,
                 shipping: Shipping::Ready("bubblewrap 0.8.0".into()),
                 resumed: vec![crate::message::ResumedTask {
                     handle: 1 << 63 | 4,

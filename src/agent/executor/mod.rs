@@ -348,22 +348,8 @@ impl Executor {
         let _running = RunningGuard::enter(&self.running);
         // Relaxed: a counter for the CPU sampler, like `running`.
         self.started.fetch_add(1, Ordering::Relaxed);
-        let limit = self.limits.time_limit;
         let now = Instant::now();
-        // A limit too large to add is as good as none: thirty years.
-        let deadline = now.checked_add(limit).unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
-        let stop = Stop { cancel: &cancel, deadline, limit };
-        let toolchain = task.toolchain;
-        let result = match self.execute(task, &stop).await {
-            Ok(result) => {
-                tracing::debug!(%toolchain, outcome = ?result.header.outcome, cpu_us = result.header.cpu_time_us, "task done");
-                result
-            }
-            Err(e) => {
-                tracing::debug!(%toolchain, error = %e, "task not compiled");
-                ExecResult::internal_error(e.to_string())
-            }
-        };
+        let result = self.run_uncounted(task, &cancel).await;
         let kind = match result.header.outcome {
             Outcome::Success => 0,
             Outcome::CompileFailed => 1,
@@ -373,6 +359,28 @@ impl Executor {
         self.ended[kind].fetch_add(1, Ordering::Relaxed);
         self.durations.observe(now.elapsed());
         result
+    }
+
+    /// As [`Executor::run`], but left out of the counts of compiles (and
+    /// of the CPU sampler's): for a task the agent made itself, its speed
+    /// probe ([`crate::agent::speed_probe`]).
+    pub async fn run_uncounted(&self, task: ExecTask, cancel: &CancellationToken) -> ExecResult {
+        let limit = self.limits.time_limit;
+        let now = Instant::now();
+        // A limit too large to add is as good as none: thirty years.
+        let deadline = now.checked_add(limit).unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
+        let stop = Stop { cancel, deadline, limit };
+        let toolchain = task.toolchain;
+        match self.execute(task, &stop).await {
+            Ok(result) => {
+                tracing::debug!(%toolchain, outcome = ?result.header.outcome, cpu_us = result.header.cpu_time_us, "task done");
+                result
+            }
+            Err(e) => {
+                tracing::debug!(%toolchain, error = %e, "task not compiled");
+                ExecResult::internal_error(e.to_string())
+            }
+        }
     }
 
     async fn execute(&self, task: ExecTask, stop: &Stop<'_>) -> Result<ExecResult, TaskError> {
