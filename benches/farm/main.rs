@@ -10,6 +10,8 @@
 //!                                          # the same farm with a placement policy off (or --longest-first on)
 //! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
 //!                                          # each agent told its speed (--speed), not left to learn it
+//! FARM_AGENT_FLAGS=--no-speed-probe cargo bench --bench farm -- mixed
+//!                                          # extra flags for every agent: here, no speed measured at start
 //! FARM_COSTS=DIR cargo bench --bench farm -- mixed
 //!                                          # the scheduler's cost model kept in DIR across runs: run it
 //!                                          # twice, and the second knows the build's units (a farm's steady state)
@@ -921,6 +923,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
         if pin_speeds {
             args.extend(["--speed".into(), s.speed(i).to_string()]);
         }
+        args.extend(std::env::var("FARM_AGENT_FLAGS").unwrap_or_default().split_whitespace().map(String::from));
         procs.push(spawn_in(&net.hosts[i], Path::new(CCROUTE), &args, &w.join(format!("agent-{i}.log")), false)?);
     }
     let deadline = Instant::now() + Duration::from_secs(60 + s.agents as u64 / 2);

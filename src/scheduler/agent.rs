@@ -387,7 +387,9 @@ impl Speed {
     /// speed rests on size-line guesses only, so that guesses are placed
     /// by but never written into units' histories (where they would fix a
     /// wrong scale for good: guessed speeds of 3-9 on hosts of 1.0 stayed
-    /// at 2.5-4.8 over the next builds).
+    /// at 2.5-4.8 over the next builds). A probed speed is a measure, not
+    /// a guess: it is written in (on the probe's scale, as the farm's
+    /// other probed agents' are).
     fn observe(
         &mut self,
         expected: Prediction,
