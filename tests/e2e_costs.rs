@@ -122,10 +122,11 @@ fn agents_speeds_are_pinned_or_learnt_and_kept_across_a_restart() {
 
 /// An agent nobody has seen measures its speed when it starts (its own
 /// toolchain on a fixed unit; here the test toolchain, whose replayed units
-/// take their time ÷ `--replay-speed`), and the scheduler places it by that
-/// before any result: `ccroute status` shows it.
+/// take their time ÷ `--replay-speed`), and the scheduler gives placement
+/// that speed before any result: `ccroute status` shows it. (What placement
+/// does with a speed is the core's tests'.)
 #[test]
-fn a_new_agent_is_placed_by_the_speed_it_measured_at_its_start() {
+fn a_new_agent_starts_at_the_speed_it_measured_before_any_result() {
     let mut c = Cluster::new();
     c.start_scheduler(&["--no-cache", "--no-optimizer"]);
     for (name, replay_speed, probe) in

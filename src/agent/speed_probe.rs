@@ -14,8 +14,8 @@
 //! harness's hosts), is measured instead, by replaying a unit of
 //! [`NOMINAL_REPLAY`]: it is what such an agent runs, at its replay speed.
 //!
-//! The scale is free, as learnt speeds' is: 1.0 is [`NOMINAL_COMPILE`], about
-//! what gcc 12 takes on a 2020s server core. A speed kept from an earlier
+//! The scale is free, as learnt speeds' is: 1.0 is [`NOMINAL_COMPILE`], what
+//! gcc 12 took on the machine this was written on (one AMD EPYC core). A speed kept from an earlier
 //! build, or pinned (`--speed`, which skips the probe), comes first.
 //!
 //! Left out: one probe per toolchain (the first installed compiler in key
