@@ -224,3 +224,98 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
         eprintln!("{}", c.logs());
     }
 }
+
+/// A project of `units` C files that each take gcc some seconds at -O2
+/// (one long generated function of `statements` statements), with a
+/// Makefile that puts objects in `$(BUILD)`.
+fn long_units(dir: &std::path::Path, units: usize, statements: usize) {
+    let mut objs = Vec::new();
+    for u in 0..units {
+        let mut src = format!("static int g{u}(int x) {{\n");
+        for i in 0..statements {
+            src.push_str(&format!(
+                "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
+                i + 3 + u,
+                i % 7 + 1,
+                i * 17,
+                1 << (i % 12),
+                i
+            ));
+        }
+        src.push_str(&format!("    return x;\n}}\nint unit{u}(int x) {{ return g{u}(x) + g{u}(x + 1); }}\n"));
+        std::fs::write(dir.join(format!("u{u}.c")), src).unwrap();
+        objs.push(format!("$(BUILD)/u{u}.o"));
+    }
+    let makefile = format!(
+        "OBJS = {}\nall: $(OBJS)\n$(BUILD)/%.o: %.c\n\t@mkdir -p $(BUILD)\n\t$(CC) -O2 -c $< -o $@\n",
+        objs.join(" ")
+    );
+    std::fs::write(dir.join("Makefile"), makefile).unwrap();
+}
+
+/// An agent cut off in the middle of a build — frozen (`SIGSTOP`) past the
+/// scheduler's idle timeout, so that the scheduler loses it and places its
+/// two long units again on the other agent — comes back (`SIGCONT`) holding
+/// its runs of them: its compilers went on meanwhile. The scheduler has
+/// neither restarted nor been sent the tasks again; each unit still running
+/// on the other agent takes the held run as its copy, and the first answer
+/// of the two wins. Before, the held runs were dropped and each unit was
+/// compiled again from the start. Checked: the copies were made (the
+/// scheduler counts them as adopted), every object is the local build's,
+/// every task ended once, and every token comes back. Which copy won is
+/// printed (the held run started seconds earlier, but this machine is
+/// shared).
+#[test]
+fn an_agent_back_from_a_cut_has_its_held_runs_taken_as_copies() {
+    const UNITS: usize = 2;
+    let dir = tempfile::tempdir().unwrap();
+    long_units(dir.path(), UNITS, 1500);
+    let local = common::make(dir.path(), &["-j2".into(), "BUILD=local".into(), "CC=gcc".into()], &[]);
+    assert!(local.status.success(), "local build: {}", String::from_utf8_lossy(&local.stderr));
+    let expected = common::objects(&dir.path().join("local"));
+
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-cache", "--no-optimizer", "--idle-timeout", "1"]);
+    let cut = c.start_agent_logged(&["--jobs", "2", "--no-shipping"], Some("info"));
+    c.start_consumerd_with(1, true, &["--no-local-cache"]);
+    c.wait_ready(1);
+    let cc = format!("CC={} gcc", common::ccroute().display());
+    let mut make = Command::new("make");
+    make.current_dir(dir.path()).args(["-j2", "BUILD=remote", &cc]);
+    for (k, v) in c.wrapper_env() {
+        make.env(k, v);
+    }
+    let child = make.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // Both units run on the only agent; then a second one joins.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.status()["agents"][0]["tokens_in_use"].as_u64() != Some(UNITS as u64) {
+        assert!(Instant::now() < deadline, "the units never both ran on the agent\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.start_agent(&["--jobs", "2", "--no-shipping"]);
+    c.wait_ready(2);
+    let pid = c.agents[cut].child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the build failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    assert_same_objects(&expected, &common::objects(&dir.path().join("remote")));
+    let log = c.scheduler.as_ref().unwrap().log_text();
+    assert!(log.contains("agent disconnected"), "the scheduler never lost the frozen agent\n{}", c.logs());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = c.status();
+        if status["agents"].as_array().unwrap().iter().all(|a| a["tokens_in_use"].as_u64() == Some(0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a token is still held 30 s after the build: {status}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let totals = c.assert_each_task_ended_once();
+    let adopted = totals["adopted"].as_u64().unwrap();
+    assert!(adopted >= 1, "no held run was taken as a copy: {totals}\n{}", c.logs());
+    let won: u64 = c.status()["agents"].as_array().unwrap().iter().map(|a| a["copies_won"].as_u64().unwrap()).sum();
+    eprintln!("held runs taken as copies: {adopted}; copies that answered first: {won}");
+}

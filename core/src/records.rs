@@ -491,7 +491,10 @@ pub(crate) enum AgentEvent<J: Job> {
     Adopt(Arc<Task<J>>, u64),
     /// Run a copy of this task, which another agent runs at this attempt;
     /// a token was taken for it. Sent only if it is still the task's copy.
-    Hedge(Arc<Task<J>>, u8),
+    /// With a handle, the copy is a run the agent already holds under it
+    /// (from before it lost its connection): adopted, not sent; when it is
+    /// no longer the task's copy, the agent is told to drop what it holds.
+    Hedge(Arc<Task<J>>, u8, Option<u64>),
 }
 
 /// A connected agent.

@@ -122,16 +122,22 @@ impl<J: Job> AgentSession<J> {
                     self.entry.counters.assigned.bump();
                     return Some(Dispatch::Adopt { task, handle });
                 }
-                AgentEvent::Hedge(task, attempt) => {
+                AgentEvent::Hedge(task, attempt, held) => {
                     if !self.is_copy(&task, attempt) || self.outstanding.contains_key(&task.id) {
                         // Answered, cancelled or placed again before it could be sent.
                         self.entry.tokens.release();
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
-                        continue;
+                        match held {
+                            Some(handle) => return Some(Dispatch::Abandon(handle)),
+                            None => continue,
+                        }
                     }
                     self.outstanding.insert(task.id, (task.clone(), attempt));
                     self.entry.counters.assigned.bump();
-                    return Some(Dispatch::Assign(task));
+                    return Some(match held {
+                        Some(handle) => Dispatch::Adopt { task, handle },
+                        None => Dispatch::Assign(task),
+                    });
                 }
             }
         }
@@ -177,7 +183,7 @@ impl<J: Job> AgentSession<J> {
             return false;
         }
         // The event owns the token: the copy's session sends the task or frees it.
-        copy.outbox.push(AgentEvent::Hedge(task.clone(), attempt));
+        copy.outbox.push(AgentEvent::Hedge(task.clone(), attempt, None));
         if task.state() != State::assigned(me, attempt) && task.clear_hedge(copy.id.0, attempt) {
             // It ended (or was placed again) meanwhile, and whoever did it
             // may have missed the copy.
@@ -403,8 +409,9 @@ impl<J: Job> Drop for AgentSession<J> {
                             entry.tokens.release();
                         }
                     }
-                    AgentEvent::Hedge(task, attempt) => {
-                        // A copy not sent: forgotten below like one sent.
+                    AgentEvent::Hedge(task, attempt, _) => {
+                        // A copy not sent: forgotten below like one sent
+                        // (the agent is gone: what it holds goes with it).
                         if self.is_copy(&task, attempt) && !self.outstanding.contains_key(&task.id) {
                             self.outstanding.insert(task.id, (task, attempt));
                         } else {
@@ -533,6 +540,64 @@ impl<J: Job> ConsumerdSession<J> {
         self.entry.counters.cancelled.bump();
         self.publish_in_flight();
         true
+    }
+
+    /// Agent `agent` came back holding a run of task `client_id` under
+    /// `handle` — started before it lost its connection, finished or still
+    /// running — while the task was placed again on another agent: that run
+    /// becomes the task's copy, adopted with one of the tokens reserved at
+    /// the agent's connection, and the first answer of the two is the
+    /// task's, as for a hedge ([`AgentSession::hedge`]). Without it, a unit
+    /// the agent finished while cut off is compiled again from the start.
+    ///
+    /// A copy the task already has (a straggler's, begun after the task was
+    /// placed again and so after this run) is cancelled for it.
+    ///
+    /// `None`: nothing changed (the task is not in flight or not running on
+    /// another agent; or the agent is gone or has no reservation left), and what the agent holds is still the caller's
+    /// to drop. Otherwise the reservation went to the copy, and the agent's
+    /// session sends the adoption or — the task having ended or moved
+    /// meanwhile — tells the agent to drop what it holds and frees the
+    /// token: `Some(true)` when the copy was in place after the check,
+    /// `Some(false)` when it was seen lost at once.
+    pub fn copy_held(&self, client_id: u64, agent: AgentId, handle: u64) -> Option<bool> {
+        let task = self.tasks.get(&client_id)?;
+        let s = task.state();
+        if s.phase != Phase::Assigned || s.agent == agent.0 || task.hedged().is_some_and(|(c, _)| c == agent.0) {
+            return None;
+        }
+        let entry = self.core.agents.get(&agent)?;
+        // The token: one the agent's connection reserved for what it holds.
+        loop {
+            let r = entry.reserved.load(Ordering::SeqCst);
+            if r == 0 {
+                return None;
+            }
+            if entry.reserved.compare_exchange(r, r - 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                break;
+            }
+        }
+        // A copy already running (a straggler's) began after the task was
+        // placed again, so after this run: this run takes its place, and
+        // its agent is told to cancel (its answer, if it comes, is stale).
+        if let Some((other, attempt)) = task.hedged() {
+            if task.clear_hedge(other, attempt) {
+                self.core.cancel_on(other, task.id);
+            }
+        }
+        // From here the event owns the token, whatever happens to the task.
+        let copied = task.set_hedge(agent.0, s.attempt);
+        entry.outbox.push(AgentEvent::Hedge(task.clone(), s.attempt, Some(handle)));
+        if !copied {
+            return Some(false);
+        }
+        if task.state() != s && task.clear_hedge(agent.0, s.attempt) {
+            // It ended (or was placed again) meanwhile, and whoever did it
+            // may have missed the copy.
+            entry.outbox.push(AgentEvent::Cancel(task.id));
+            return Some(false);
+        }
+        Some(true)
     }
 
     /// The next answer, if any.

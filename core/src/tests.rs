@@ -1212,3 +1212,91 @@ fn losing_both_agents_places_the_task_again_once() {
     assert_eq!(answers(&mut cd).len(), 1);
     assert_eq!(tokens_in_use(&s), vec![0]);
 }
+
+/// Agent `a` was lost running task `t`, which now runs again on `b`; `a`
+/// is back (a new session, `back`) with one token reserved for the run of
+/// `t` it still holds.
+fn cut_off_and_back() -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, TaskId) {
+    let s = sched();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    let t = assigned(&mut a)[0];
+    let mut b = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    drop(a);
+    assert_eq!(dispatches(&mut b), vec![format!("assign {}", t.0)], "placed again on b");
+    let back = s.connect_agent_resuming(peer(1), &[tc("gcc")], 1, 1);
+    (s, b, back, cd, t)
+}
+
+#[test]
+fn a_run_held_by_an_agent_back_from_a_cut_is_adopted_as_the_copy_and_answers_first() {
+    let (s, mut b, mut back, mut cd, t) = cut_off_and_back();
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    assert_eq!(back.reserved(), 0, "the reserved token went to the copy");
+    let Some(Dispatch::Adopt { task, handle }) = back.poll() else { panic!("no adoption") };
+    assert_eq!((task.id(), handle), (t, 9));
+    drop(task);
+    back.complete(t, true).unwrap();
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)], "the run begun again is stopped");
+    b.complete(t, false).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true), "the held run's answer");
+    assert!(tokens_in_use(&s).iter().all(|&n| n == 0), "{:?}", tokens_in_use(&s));
+}
+
+#[test]
+fn a_held_run_is_not_copied_where_it_cannot_be_and_keeps_its_reservation() {
+    let (s, _b, back, cd, _) = cut_off_and_back();
+    assert_eq!(cd.copy_held(2, back.id(), 9), None, "no such task in flight");
+    let bare = s.connect_agent(peer(4), &[tc("gcc")], 1);
+    assert_eq!(cd.copy_held(1, bare.id(), 9), None, "an agent with nothing reserved");
+    assert_eq!(back.reserved(), 1);
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    assert_eq!(cd.copy_held(1, back.id(), 9), None, "its own copy already");
+}
+
+#[test]
+fn a_held_run_takes_the_place_of_a_stragglers_copy_begun_after_it() {
+    let (s, b, mut back, mut cd, t) = cut_off_and_back();
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 1);
+    assert!(b.hedge(t, 0), "the run begun again is copied as a straggler");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)], "the straggler's copy is stopped");
+    c.complete(t, false).unwrap();
+    let Some(Dispatch::Adopt { task, handle: 9 }) = back.poll() else { panic!("no adoption") };
+    drop(task);
+    back.complete(t, true).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true));
+    assert_eq!(s.agents().iter().find(|a| a.id == c.id()).unwrap().stale, 1, "the straggler's answer was stale");
+    drop(b);
+}
+
+#[test]
+fn a_held_run_whose_task_was_answered_before_the_adoption_is_dropped_and_frees_its_token() {
+    let (s, mut b, mut back, mut cd, t) = cut_off_and_back();
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    b.complete(t, true).unwrap();
+    assert!(matches!(back.poll(), Some(Dispatch::Abandon(9))), "the agent drops what it holds");
+    assert!(back.poll().is_none(), "and is sent nothing else");
+    assert_eq!(answers(&mut cd).len(), 1);
+    assert!(tokens_in_use(&s).iter().all(|&n| n == 0), "{:?}", tokens_in_use(&s));
+}
+
+#[test]
+fn a_held_run_of_a_task_waiting_for_a_token_is_not_copied() {
+    let s = sched();
+    let mut a = s.connect_agent(peer(1), &[tc("gcc")], 1);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(1, tc("gcc").key(), 1).unwrap();
+    assert_eq!(assigned(&mut a).len(), 1);
+    drop(a);
+    // No agent to run it: it waits.
+    let back = s.connect_agent_resuming(peer(1), &[tc("gcc")], 1, 1);
+    assert_eq!(cd.copy_held(1, back.id(), 9), None);
+    assert_eq!(back.reserved(), 1);
+}

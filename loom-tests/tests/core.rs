@@ -691,3 +691,148 @@ fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
         drop((a, cd));
     });
 }
+
+/// Runs what reached `agent`, as [`answer_all`], adopting what it is asked
+/// to adopt (a run it held, answered at once) and dropping what it is told
+/// to drop.
+fn answer_all_held(agent: &mut ccroute_core::AgentSession<J>) {
+    while let Some(d) = agent.poll() {
+        match d {
+            Dispatch::Assign(t) | Dispatch::Adopt { task: t, .. } => {
+                let id = t.id();
+                drop(t);
+                agent.complete(id, true).unwrap();
+            }
+            Dispatch::Cancel(id) => {
+                let _ = agent.complete(id, false);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// (h) An agent lost with a task comes back holding its run while the task
+/// runs again on another agent; its run is adopted as the task's copy while
+/// that other agent answers. One answer reaches the consumerd, the task ends
+/// once, and both tokens — the reserved one too — come back, whichever wins.
+#[test]
+fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let mut b = s.connect_agent(peer(3), &[tc()], 1);
+        drop(a);
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
+        drop(t);
+        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        let held = back.id();
+        let tc_ = thread::spawn(move || {
+            let copied = cd.copy_held(1, held, 7);
+            (cd, copied)
+        });
+        let tb = thread::spawn(move || {
+            b.complete(id, true).unwrap();
+            b
+        });
+        let (mut cd, copied) = tc_.join().unwrap();
+        let mut b = tb.join().unwrap();
+        if copied.is_none() {
+            // Not taken: the scheduler gives it back at the agent's window.
+            assert_eq!(back.release_reserved(1), 1);
+        }
+        answer_all_held(&mut back);
+        answer_all_held(&mut b);
+        assert_answered_once(&mut cd, &ends, &s);
+        drop((b, back, cd));
+    });
+}
+
+/// (h) As above, with the returning agent's run answered while the task's
+/// other agent answers: the two copies finish together.
+#[test]
+fn a_held_run_and_the_run_begun_again_finishing_together_answer_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let mut b = s.connect_agent(peer(3), &[tc()], 1);
+        drop(a);
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
+        drop(t);
+        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        assert_eq!(cd.copy_held(1, back.id(), 7), Some(true));
+        let Some(Dispatch::Adopt { task, .. }) = back.poll() else { panic!("not adopted") };
+        drop(task);
+        let ta = thread::spawn(move || {
+            back.complete(id, true).unwrap();
+            back
+        });
+        let tb = thread::spawn(move || {
+            b.complete(id, true).unwrap();
+            b
+        });
+        let mut back = ta.join().unwrap();
+        let mut b = tb.join().unwrap();
+        answer_all_held(&mut back);
+        answer_all_held(&mut b);
+        assert_answered_once(&mut cd, &ends, &s);
+        drop((b, back, cd));
+    });
+}
+
+/// (h) As above, when the task placed again already has a straggler's copy
+/// on a third agent: the held run takes that copy's place while the copy
+/// answers. One answer, the task ends once, and all three agents' tokens
+/// come back (the replaced copy's answer, if it came second, is stale).
+#[test]
+fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
+    model(|| {
+        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a = s.connect_agent(peer(2), &[tc()], 1);
+        cd.submit(1, tc().key(), 0).unwrap();
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        let id = t.id();
+        drop(t);
+        let mut b = s.connect_agent(peer(3), &[tc()], 1);
+        drop(a);
+        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
+        drop(t);
+        let mut c = s.connect_agent(peer(4), &[tc()], 1);
+        assert!(b.hedge(id, 0), "a straggler's copy");
+        let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
+        drop(t);
+        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        let held = back.id();
+        let tc_ = thread::spawn(move || {
+            let copied = cd.copy_held(1, held, 7);
+            (cd, copied)
+        });
+        let tcopy = thread::spawn(move || {
+            c.complete(id, true).unwrap();
+            c
+        });
+        let (mut cd, copied) = tc_.join().unwrap();
+        let mut c = tcopy.join().unwrap();
+        if copied.is_none() {
+            assert_eq!(back.release_reserved(1), 1);
+        }
+        answer_all_held(&mut back);
+        answer_all_held(&mut c);
+        answer_all_held(&mut b);
+        assert_answered_once(&mut cd, &ends, &s);
+        drop((b, c, back, cd));
+    });
+}

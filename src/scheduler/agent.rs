@@ -152,7 +152,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     held = resumed.len(),
                     dropped = handles.len(),
                     released,
-                    "tasks from an earlier scheduler that no consumerd sent again are dropped"
+                    "held tasks that no consumerd sent again or took as a copy are dropped"
                 );
                 let mut failed = false;
                 for handle in handles {

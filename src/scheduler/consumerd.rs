@@ -93,6 +93,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         }
     });
 
+    // Runs agents come back holding (cut off while they ran them): a task
+    // of this session running again elsewhere takes one as its copy.
+    let mut held_runs = state.resumes.consumerd_joined(node.0, node.1 as u64);
     let mut senders = JoinSet::new();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -146,6 +149,22 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                     break Ok(());
                 }
             }
+            Some(run) = held_runs.recv() => {
+                let (agent, handle) = run.holder;
+                let mut outcome = None;
+                let taken = state.resumes.copy_held(node.0, run, || {
+                    outcome = session.copy_held(run.task_id, agent, handle);
+                    outcome
+                });
+                tracing::debug!(task = run.task_id, ?agent, taken, ?outcome, "held run offered");
+                if taken {
+                    tracing::info!(
+                        task = run.task_id,
+                        ?agent,
+                        "a run an agent held when it was cut off is this task's copy: the first answer wins"
+                    );
+                }
+            }
             _ = check.tick() => {
                 let limit = session.remote_limit();
                 if limit != last_limit {
@@ -161,6 +180,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
         }
     };
     state.shipping.remove_supplier(node);
+    state.resumes.consumerd_left(node.0, node.1 as u64);
     super::finish(&conn, "consumerd", outcome, session.in_flight());
     readers.abort_all();
     senders.abort_all();

@@ -29,13 +29,26 @@
 //! its token comes back (its consumerd gave up and compiled it itself, or
 //! the old scheduler's answer reached it).
 //!
+//! The same scheduler sees this too, when only an agent's link failed: it
+//! placed the agent's tasks again once the connection timed out, and the
+//! agent comes back with its runs of them, often finished. Its consumerd
+//! is still connected and sends nothing again; an announced task is
+//! offered to it instead (by its node), and a task of its session that
+//! runs on another agent takes the held run as its copy
+//! ([`ccroute_core::ConsumerdSession::copy_held`]): the first answer of the
+//! two is the task's, as for a hedge. Before, such a run was dropped and
+//! the unit ran again from the start: when it was the build's longest, the
+//! build took 1.6x as long.
+//!
 //! Exactly once holds as for any task: a resumed task is one task of its
 //! consumerd's session, answered once, whichever of its agent, a new
 //! placement or a cancel ends it.
 //!
 //! The table is one sharded map from origin to what waits there (an
 //! announced task or a held resumed one); a shard lock is held only to take
-//! or put an entry, never while a task is adopted or placed.
+//! or put an entry, and while a held run is made a copy (atomics and an
+//! outbox push: no hook or placement runs then), never while a task is
+//! adopted or placed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +58,7 @@ use std::time::{Duration, Instant};
 use ccroute_wire::{Origin, ResumedTask};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+use tokio::sync::mpsc;
 
 use super::job::NetJob;
 use ccroute_core::{AgentId, Hook, HookAction, Interception, TaskRef};
@@ -82,15 +96,26 @@ enum Slot {
     Waiting(Interception<NetJob>),
 }
 
+/// A run an agent holds, offered to the consumerd session whose task it is:
+/// the consumerd's id for the task, and who holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeldRun {
+    pub(crate) task_id: u64,
+    pub(crate) holder: Holder,
+}
+
 /// The table of tasks carried over from an earlier scheduler.
 pub(crate) struct Resumes {
     /// Until when a resumed task no agent announced is held.
     until: Instant,
     slots: DashMap<Origin, Slot>,
+    /// Connected consumerds by node, each with its connection's id: where
+    /// announced runs are offered.
+    consumerds: DashMap<u128, (u64, mpsc::UnboundedSender<HeldRun>)>,
     /// Agents by node: sessions open, and for one that left with tasks in
     /// flight and has none open, until when it is waited for.
     agents: Mutex<HashMap<u128, Presence>>,
-    /// Tasks adopted by the agent that held them.
+    /// Tasks adopted by the agent that held them (as the task, or as its copy).
     adopted: AtomicU64,
     /// Announced tasks no consumerd sent again in time.
     dropped: AtomicU64,
@@ -122,6 +147,7 @@ impl Resumes {
         Resumes {
             until: Instant::now() + RESUME_WINDOW,
             slots: DashMap::new(),
+            consumerds: DashMap::new(),
             agents: Mutex::new(HashMap::new()),
             adopted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -165,10 +191,28 @@ impl Resumes {
         agents.values().any(|p| p.awaited_until.is_some())
     }
 
+    /// Consumerd `node` connected (connection `conn`): runs agents
+    /// announce of its tasks come on the receiver, for its session to copy
+    /// ([`Resumes::copy_held`]). A later connection of the same node takes
+    /// its place.
+    pub(crate) fn consumerd_joined(&self, node: u128, conn: u64) -> mpsc::UnboundedReceiver<HeldRun> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.consumerds.insert(node, (conn, tx));
+        rx
+    }
+
+    /// Connection `conn` of consumerd `node` ended.
+    pub(crate) fn consumerd_left(&self, node: u128, conn: u64) {
+        self.consumerds.remove_if(&node, |_, (c, _)| *c == conn);
+    }
+
     /// An agent connected holding `tasks`: each is adopted at once by a
-    /// resumed task already waiting for it, or waits for one.
+    /// resumed task already waiting for it, or waits for one; and is
+    /// offered to its consumerd's session, which may be running it on
+    /// another agent.
     pub(crate) fn announce(&self, agent: AgentId, tasks: &[ResumedTask]) {
         let mut adopt = Vec::new();
+        let mut offer = Vec::new();
         for t in tasks {
             match self.slots.entry(t.origin) {
                 Entry::Occupied(e) if matches!(e.get(), Slot::Waiting(_)) => {
@@ -180,15 +224,46 @@ impl Resumes {
                     if let Slot::Announced(holders) = e.get_mut() {
                         holders.push((agent, t.handle));
                     }
+                    offer.push(t);
                 }
                 Entry::Vacant(e) => {
                     e.insert(Slot::Announced(vec![(agent, t.handle)]));
+                    offer.push(t);
                 }
             }
         }
         for a in adopt {
             self.adopt(a);
         }
+        for t in offer {
+            if let Some(c) = self.consumerds.get(&t.origin.consumerd) {
+                // A session that ended meanwhile has nothing to copy.
+                let _ = c.1.send(HeldRun { task_id: t.origin.task_id, holder: (agent, t.handle) });
+            }
+        }
+    }
+
+    /// The session of consumerd `node` looks at a run offered to it: if the
+    /// run is still announced (not yet dropped, adopted or copied), `copy`
+    /// is asked to make it the task's copy (`Some`: it took the agent's
+    /// reservation), and a run it took leaves the table, so that its agent
+    /// is not told to drop it. Returns whether it was taken.
+    pub(crate) fn copy_held(&self, node: u128, run: HeldRun, copy: impl FnOnce() -> Option<bool>) -> bool {
+        let origin = Origin { consumerd: node, task_id: run.task_id };
+        let Entry::Occupied(mut e) = self.slots.entry(origin) else { return false };
+        let Slot::Announced(holders) = e.get_mut() else { return false };
+        let Some(at) = holders.iter().position(|h| *h == run.holder) else { return false };
+        // Under the shard's lock: the run is either copied here or dropped
+        // at its agent's window, never both.
+        if copy().is_none() {
+            return false;
+        }
+        holders.remove(at);
+        if holders.is_empty() {
+            e.remove();
+        }
+        self.adopted.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The announced tasks of `agent` among `tasks` that no consumerd
@@ -403,6 +478,38 @@ mod tests {
         assert!(!table.holding(start + Duration::from_secs(1)));
         table.agent_left(3, 8, start);
         assert!(table.holding(start + Duration::from_secs(1)), "both its sessions ended");
+    }
+
+    /// A run an agent announced on coming back is offered to its
+    /// consumerd's session; once taken as a copy it leaves the table (its
+    /// agent is not told to drop it at the window), one not taken stays to
+    /// be dropped, and one already dropped is not asked about.
+    #[test]
+    fn a_held_run_is_either_copied_or_dropped_never_both() {
+        let table = Resumes::new();
+        let mut offers = table.consumerd_joined(3, 1);
+        let (copied, kept) = (Origin { consumerd: 3, task_id: 40 }, Origin { consumerd: 3, task_id: 41 });
+        let agent = AgentId(1);
+        let held = [
+            ResumedTask { handle: 11, origin: copied, toolchain: ToolchainKey(1) },
+            ResumedTask { handle: 12, origin: kept, toolchain: ToolchainKey(1) },
+        ];
+        table.announce(agent, &held);
+        let first = offers.try_recv().unwrap();
+        let second = offers.try_recv().unwrap();
+        assert_eq!((first.task_id, second.task_id), (40, 41), "each run offered to its consumerd");
+        assert!(table.copy_held(3, first, || Some(true)));
+        assert!(!table.copy_held(3, second, || None), "the session could not take it");
+        assert_eq!(table.unclaimed(agent, &held), vec![12], "only the run not taken is dropped");
+        let mut asked = false;
+        assert!(!table.copy_held(3, second, || {
+            asked = true;
+            Some(true)
+        }));
+        assert!(!asked, "a dropped run is not offered again");
+        table.consumerd_left(3, 1);
+        table.announce(agent, &held);
+        assert!(offers.try_recv().is_err(), "a consumerd gone is offered nothing");
     }
 
     /// The newest announcement is asked first (an agent that reconnected at
