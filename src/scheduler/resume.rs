@@ -321,13 +321,8 @@ impl Resumes {
     /// The newest holder announced for `origin`, taken out of the table;
     /// any other holder stays, to be dropped at its agent's window.
     fn claim(&self, origin: Origin) -> Option<Holder> {
-        let Entry::Occupied(mut e) = self.slots.entry(origin) else { return None };
-        let Slot::Announced(holders) = e.get_mut() else { return None };
-        let newest = holders.pop();
-        if holders.is_empty() {
-            e.remove();
-        }
-        newest
+        let Entry::Occupied(e) = self.slots.entry(origin) else { return None };
+        take_newest(e)
     }
 
     fn adopt(&self, (origin, mut held, mut holder): Adoption) {
@@ -357,6 +352,17 @@ impl Resumes {
     }
 }
 
+/// The newest holder of an announced task, taken out of its slot; the slot
+/// goes once no holder is left.
+fn take_newest(mut e: dashmap::mapref::entry::OccupiedEntry<'_, Origin, Slot>) -> Option<Holder> {
+    let Slot::Announced(holders) = e.get_mut() else { return None };
+    let newest = holders.pop();
+    if holders.is_empty() {
+        e.remove();
+    }
+    newest
+}
+
 /// The first hook: a resumed task goes to the agent that still holds it.
 #[derive(Clone, Debug)]
 pub(crate) struct ResumeHook {
@@ -376,15 +382,11 @@ impl Hook<NetJob> for ResumeHook {
         // twice; its earlier session cancelled it): let go of outside the lock.
         let mut stale = None;
         let held = match table.slots.entry(origin) {
-            Entry::Occupied(mut e) => match e.get_mut() {
+            Entry::Occupied(mut e) => match e.get() {
                 Slot::Announced(holders) if !holders.is_empty() => {
                     // Cancelled already: the announcements stay, to expire.
                     let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
-                    let newest = holders.pop();
-                    if holders.is_empty() {
-                        e.remove();
-                    }
-                    newest.map(|h| (origin, held, h))
+                    take_newest(e).map(|h| (origin, held, h))
                 }
                 _ if holding => {
                     let Some(held) = task.intercept() else { return HookAction::RequestIntercepted };
