@@ -249,7 +249,7 @@ pub fn render(r: &StatusReport) -> String {
     let t = &r.totals;
     let _ = writeln!(
         out,
-        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again, {} adopted after a restart",
+        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again, {} adopted from the agent holding them (after a restart or a cut)",
         t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued, t.adopted
     );
     if let Some(cache) = &r.cache {

@@ -118,7 +118,7 @@ fn families(state: &ServerState) -> Vec<Family> {
             .row(vec![], t.requeued as f64),
         Family::new(
             "ccroute_tasks_adopted",
-            "Tasks a restarted scheduler gave to the agent still running them",
+            "Tasks given to the agent still holding them: after a restart, or as their copy when it came back from a cut",
             counter,
         )
         .row(vec![], t.adopted as f64),

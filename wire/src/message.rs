@@ -580,7 +580,9 @@ pub struct Totals {
     /// Times a task was placed again because its agent was lost.
     pub requeued: u64,
     /// Tasks sent again after a scheduler restart that went to the agent
-    /// still running them (also counted as completed or failed).
+    /// still running them, and tasks placed again whose run an agent
+    /// back from a cut held and that run as their copy (also counted as
+    /// completed or failed when they answered).
     pub adopted: u64,
 }
 
