@@ -225,34 +225,6 @@ fn a_scheduler_killed_mid_build_costs_no_unit_a_second_compile() {
     }
 }
 
-/// A project of `units` C files that each take gcc some seconds at -O2
-/// (one long generated function of `statements` statements), with a
-/// Makefile that puts objects in `$(BUILD)`.
-fn long_units(dir: &std::path::Path, units: usize, statements: usize) {
-    let mut objs = Vec::new();
-    for u in 0..units {
-        let mut src = format!("static int g{u}(int x) {{\n");
-        for i in 0..statements {
-            src.push_str(&format!(
-                "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
-                i + 3 + u,
-                i % 7 + 1,
-                i * 17,
-                1 << (i % 12),
-                i
-            ));
-        }
-        src.push_str(&format!("    return x;\n}}\nint unit{u}(int x) {{ return g{u}(x) + g{u}(x + 1); }}\n"));
-        std::fs::write(dir.join(format!("u{u}.c")), src).unwrap();
-        objs.push(format!("$(BUILD)/u{u}.o"));
-    }
-    let makefile = format!(
-        "OBJS = {}\nall: $(OBJS)\n$(BUILD)/%.o: %.c\n\t@mkdir -p $(BUILD)\n\t$(CC) -O2 -c $< -o $@\n",
-        objs.join(" ")
-    );
-    std::fs::write(dir.join("Makefile"), makefile).unwrap();
-}
-
 /// An agent cut off in the middle of a build — frozen (`SIGSTOP`) past the
 /// scheduler's idle timeout, so that the scheduler loses it and places its
 /// two long units again on the other agent — comes back (`SIGCONT`) holding
@@ -269,7 +241,7 @@ fn long_units(dir: &std::path::Path, units: usize, statements: usize) {
 fn an_agent_back_from_a_cut_has_its_held_runs_taken_as_copies() {
     const UNITS: usize = 2;
     let dir = tempfile::tempdir().unwrap();
-    long_units(dir.path(), UNITS, 1500);
+    common::slow_project_of(dir.path(), UNITS, 1500);
     let local = common::make(dir.path(), &["-j2".into(), "BUILD=local".into(), "CC=gcc".into()], &[]);
     assert!(local.status.success(), "local build: {}", String::from_utf8_lossy(&local.stderr));
     let expected = common::objects(&dir.path().join("local"));

@@ -711,6 +711,25 @@ fn answer_all_held(agent: &mut ccroute_core::AgentSession<J>) {
     }
 }
 
+/// Agent `a` was lost running the task, which now runs again on `b`; `a`
+/// is back (`back`) with a token reserved for the run it still holds.
+fn cut_off_and_back() -> Hedged {
+    let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
+    let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
+    let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+    let mut a = s.connect_agent(peer(2), &[tc()], 1);
+    cd.submit(1, tc().key(), 0).unwrap();
+    let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+    let id = t.id();
+    drop(t);
+    let mut b = s.connect_agent(peer(3), &[tc()], 1);
+    drop(a);
+    let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
+    drop(t);
+    let back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+    (ends, s, cd, b, back, id)
+}
+
 /// (h) An agent lost with a task comes back holding its run while the task
 /// runs again on another agent; its run is adopted as the task's copy while
 /// that other agent answers. One answer reaches the consumerd, the task ends
@@ -718,19 +737,7 @@ fn answer_all_held(agent: &mut ccroute_core::AgentSession<J>) {
 #[test]
 fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
     model(|| {
-        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
-        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a = s.connect_agent(peer(2), &[tc()], 1);
-        cd.submit(1, tc().key(), 0).unwrap();
-        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-        let id = t.id();
-        drop(t);
-        let mut b = s.connect_agent(peer(3), &[tc()], 1);
-        drop(a);
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
-        drop(t);
-        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back();
         let held = back.id();
         let tc_ = thread::spawn(move || {
             let copied = cd.copy_held(1, held, 7);
@@ -758,19 +765,7 @@ fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
 #[test]
 fn a_held_run_and_the_run_begun_again_finishing_together_answer_once() {
     model(|| {
-        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
-        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a = s.connect_agent(peer(2), &[tc()], 1);
-        cd.submit(1, tc().key(), 0).unwrap();
-        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-        let id = t.id();
-        drop(t);
-        let mut b = s.connect_agent(peer(3), &[tc()], 1);
-        drop(a);
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
-        drop(t);
-        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+        let (ends, s, mut cd, mut b, mut back, id) = cut_off_and_back();
         assert_eq!(cd.copy_held(1, back.id(), 7), Some(true));
         let Some(Dispatch::Adopt { task, .. }) = back.poll() else { panic!("not adopted") };
         drop(task);
@@ -798,23 +793,11 @@ fn a_held_run_and_the_run_begun_again_finishing_together_answer_once() {
 #[test]
 fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
     model(|| {
-        let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
-        let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a = s.connect_agent(peer(2), &[tc()], 1);
-        cd.submit(1, tc().key(), 0).unwrap();
-        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-        let id = t.id();
-        drop(t);
-        let mut b = s.connect_agent(peer(3), &[tc()], 1);
-        drop(a);
-        let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
-        drop(t);
+        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back();
         let mut c = s.connect_agent(peer(4), &[tc()], 1);
         assert!(b.hedge(id, 0), "a straggler's copy");
         let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
         drop(t);
-        let mut back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
         let held = back.id();
         let tc_ = thread::spawn(move || {
             let copied = cd.copy_held(1, held, 7);

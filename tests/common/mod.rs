@@ -311,10 +311,18 @@ pub fn assert_same_objects(
 /// a Makefile that puts objects in `$(BUILD)`.
 #[allow(dead_code)] // not every test file builds it
 pub fn slow_project(dir: &Path, units: usize) {
+    slow_project_of(dir, units, 250);
+}
+
+/// [`slow_project`] with one long function of `statements` pairs of
+/// statements per file (250: about half a second of gcc -O2; 1,500: about
+/// six; the time grows faster than the count).
+#[allow(dead_code)] // not every test file builds it
+pub fn slow_project_of(dir: &Path, units: usize, statements: usize) {
     let mut objs = Vec::new();
     for u in 0..units {
         let mut src = format!("static int g{u}(int x) {{\n");
-        for i in 0..250 {
+        for i in 0..statements {
             src.push_str(&format!(
                 "    x = x * {} + (x >> {}) ^ {};\n    if (x & {}) x += {};\n",
                 i + 3 + u,
