@@ -274,7 +274,11 @@ impl<J: Job> AgentSession<J> {
             match primary {
                 Some(primary) => {
                     self.entry.counters.copies_won.bump();
-                    task.take_hedge();
+                    // A copy that took this one's place meanwhile (a held
+                    // run replacing a straggler's) is not wanted either.
+                    if let Some(other) = task.take_hedge().filter(|&c| c != me) {
+                        self.core.cancel_on(other, task.id);
+                    }
                     self.core.cancel_on(primary, task.id);
                 }
                 None => self.core.drop_copy(&task),
@@ -579,14 +583,20 @@ impl<J: Job> ConsumerdSession<J> {
         }
         // A copy already running (a straggler's) began after the task was
         // placed again, so after this run: this run takes its place, and
-        // its agent is told to cancel (its answer, if it comes, is stale).
-        if let Some((other, attempt)) = task.hedged() {
-            if task.clear_hedge(other, attempt) {
-                self.core.cancel_on(other, task.id);
+        // its agent is told to cancel (its answer, if it comes, is stale) —
+        // unless that copy went to this very agent meanwhile: it stays, and
+        // this run is dropped.
+        let copied = match task.hedged() {
+            Some((other, _)) if other == agent.0 => false,
+            Some((other, attempt)) => {
+                if task.clear_hedge(other, attempt) {
+                    self.core.cancel_on(other, task.id);
+                }
+                task.set_hedge(agent.0, s.attempt)
             }
-        }
+            None => task.set_hedge(agent.0, s.attempt),
+        };
         // From here the event owns the token, whatever happens to the task.
-        let copied = task.set_hedge(agent.0, s.attempt);
         entry.outbox.push(AgentEvent::Hedge(task.clone(), s.attempt, Some(handle)));
         if !copied {
             return Some(false);

@@ -586,23 +586,31 @@ fn assert_answered_once(cd: &mut ccroute_core::ConsumerdSession<J>, ends: &Ends,
     assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
 }
 
+/// Both agents answer task `id` at once (two threads); returns them.
+fn finish_together(
+    mut a: ccroute_core::AgentSession<J>,
+    mut b: ccroute_core::AgentSession<J>,
+    id: ccroute_core::TaskId,
+) -> (ccroute_core::AgentSession<J>, ccroute_core::AgentSession<J>) {
+    let ta = thread::spawn(move || {
+        a.complete(id, true).unwrap();
+        a
+    });
+    let tb = thread::spawn(move || {
+        b.complete(id, true).unwrap();
+        b
+    });
+    (ta.join().unwrap(), tb.join().unwrap())
+}
+
 /// (h) Hedging: the task and its copy finish together on two agents. One
 /// answer reaches the consumerd, the task ends once, and both tokens come
 /// back (the loser's answer is dropped as stale).
 #[test]
 fn two_copies_finishing_together_answer_once_and_free_both_tokens() {
     model(|| {
-        let (ends, s, mut cd, mut a, mut b, id) = hedged();
-        let ta = thread::spawn(move || {
-            a.complete(id, true).unwrap();
-            a
-        });
-        let tb = thread::spawn(move || {
-            b.complete(id, true).unwrap();
-            b
-        });
-        let mut a = ta.join().unwrap();
-        let mut b = tb.join().unwrap();
+        let (ends, s, mut cd, a, b, id) = hedged();
+        let (mut a, mut b) = finish_together(a, b, id);
         answer_all(&mut a);
         answer_all(&mut b);
         assert_answered_once(&mut cd, &ends, &s);
@@ -694,26 +702,35 @@ fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
 
 /// Runs what reached `agent`, as [`answer_all`], adopting what it is asked
 /// to adopt (a run it held, answered at once) and dropping what it is told
-/// to drop.
+/// to drop. Everything sent is read before anything is answered, as an
+/// agent sees a cancel before a compile ends: a run cancelled in the same
+/// batch answers `false` (a stopped compile), any other `true`.
 fn answer_all_held(agent: &mut ccroute_core::AgentSession<J>) {
-    while let Some(d) = agent.poll() {
-        match d {
-            Dispatch::Assign(t) | Dispatch::Adopt { task: t, .. } => {
+    loop {
+        let sent: Vec<Dispatch<J>> = std::iter::from_fn(|| agent.poll()).collect();
+        if sent.is_empty() {
+            return;
+        }
+        let cancelled: Vec<ccroute_core::TaskId> =
+            sent.iter().filter_map(|d| if let Dispatch::Cancel(id) = d { Some(*id) } else { None }).collect();
+        for d in sent {
+            if let Dispatch::Assign(t) | Dispatch::Adopt { task: t, .. } = d {
                 let id = t.id();
                 drop(t);
-                agent.complete(id, true).unwrap();
+                agent.complete(id, !cancelled.contains(&id)).unwrap();
             }
-            Dispatch::Cancel(id) => {
-                let _ = agent.complete(id, false);
-            }
-            _ => {}
+        }
+        for id in cancelled {
+            // A run sent earlier, or one just answered (then not held: refused).
+            let _ = agent.complete(id, false);
         }
     }
 }
 
 /// Agent `a` was lost running the task, which now runs again on `b`; `a`
-/// is back (`back`) with a token reserved for the run it still holds.
-fn cut_off_and_back() -> Hedged {
+/// is back (`back`, `tokens` tokens) with one reserved for the run it still
+/// holds.
+fn cut_off_and_back(tokens: u32) -> Hedged {
     let ends = std::sync::Arc::new(Ends(AtomicUsize::new(0)));
     let s: Scheduler<J> = Scheduler::with_hooks(Config::default(), vec![ends.clone()]);
     let mut cd = s.connect_consumerd(peer(1), &[tc()]);
@@ -726,7 +743,7 @@ fn cut_off_and_back() -> Hedged {
     drop(a);
     let Some(Dispatch::Assign(t)) = b.poll() else { panic!("not placed again") };
     drop(t);
-    let back = s.connect_agent_resuming(peer(2), &[tc()], 1, 1);
+    let back = s.connect_agent_resuming(peer(2), &[tc()], tokens, 1);
     (ends, s, cd, b, back, id)
 }
 
@@ -737,7 +754,7 @@ fn cut_off_and_back() -> Hedged {
 #[test]
 fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
     model(|| {
-        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back();
+        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back(1);
         let held = back.id();
         let tc_ = thread::spawn(move || {
             let copied = cd.copy_held(1, held, 7);
@@ -765,20 +782,11 @@ fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
 #[test]
 fn a_held_run_and_the_run_begun_again_finishing_together_answer_once() {
     model(|| {
-        let (ends, s, mut cd, mut b, mut back, id) = cut_off_and_back();
+        let (ends, s, mut cd, b, mut back, id) = cut_off_and_back(1);
         assert_eq!(cd.copy_held(1, back.id(), 7), Some(true));
         let Some(Dispatch::Adopt { task, .. }) = back.poll() else { panic!("not adopted") };
         drop(task);
-        let ta = thread::spawn(move || {
-            back.complete(id, true).unwrap();
-            back
-        });
-        let tb = thread::spawn(move || {
-            b.complete(id, true).unwrap();
-            b
-        });
-        let mut back = ta.join().unwrap();
-        let mut b = tb.join().unwrap();
+        let (mut back, mut b) = finish_together(back, b, id);
         answer_all_held(&mut back);
         answer_all_held(&mut b);
         assert_answered_once(&mut cd, &ends, &s);
@@ -793,7 +801,7 @@ fn a_held_run_and_the_run_begun_again_finishing_together_answer_once() {
 #[test]
 fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
     model(|| {
-        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back();
+        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back(1);
         let mut c = s.connect_agent(peer(4), &[tc()], 1);
         assert!(b.hedge(id, 0), "a straggler's copy");
         let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
@@ -817,5 +825,38 @@ fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
         answer_all_held(&mut b);
         assert_answered_once(&mut cd, &ends, &s);
         drop((b, c, back, cd));
+    });
+}
+
+/// (h) The held run is offered while the task's agent copies the task as a
+/// straggler onto the very agent that holds the run (its free token): that
+/// agent runs one of the two, never cancels both, and the task's answer is
+/// a run's own (`true`), not a cancelled one's; no token is left held.
+#[test]
+fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run() {
+    model(|| {
+        let (ends, s, cd, b, mut back, id) = cut_off_and_back(2);
+        let held = back.id();
+        let tc_ = thread::spawn(move || {
+            let copied = cd.copy_held(1, held, 7);
+            (cd, copied)
+        });
+        let tb = thread::spawn(move || {
+            b.hedge(id, 0);
+            b
+        });
+        let (mut cd, copied) = tc_.join().unwrap();
+        let mut b = tb.join().unwrap();
+        if copied.is_none() {
+            assert_eq!(back.release_reserved(1), 1);
+        }
+        answer_all_held(&mut back);
+        answer_all_held(&mut b);
+        let answer = cd.poll_answer().expect("no answer");
+        assert_eq!(answer.reply, ccroute_core::Reply::Done(true), "a cancelled run answered the task");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((b, back, cd));
     });
 }

@@ -151,13 +151,9 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             }
             Some(run) = held_runs.recv() => {
                 let (agent, handle) = run.holder;
-                let mut outcome = None;
-                let taken = state.resumes.copy_held(node.0, run, || {
-                    outcome = session.copy_held(run.task_id, agent, handle);
-                    outcome
-                });
-                tracing::debug!(task = run.task_id, ?agent, taken, ?outcome, "held run offered");
-                if taken {
+                let copied = state.resumes.copy_held(node.0, run, || session.copy_held(run.task_id, agent, handle));
+                tracing::debug!(task = run.task_id, ?agent, ?copied, "held run offered");
+                if copied == Some(true) {
                     tracing::info!(
                         task = run.task_id,
                         ?agent,

@@ -18,7 +18,9 @@
 //! ([`Interception::adopt`]) — the agent answers it under its new id, at
 //! once if it has finished — and is compiled nowhere else. A task two
 //! agents hold (hedged when the scheduler was lost) is adopted by the one
-//! that announced it last; the other copy is dropped as unclaimed.
+//! that announced it last; the other copy is dropped as unclaimed, or, when
+//! its offer (below) finds the task already adopted and running, becomes
+//! its copy.
 //! A resumed task no agent announced waits, for agents still reconnecting,
 //! until [`RESUME_WINDOW`] after the scheduler started, or while an agent
 //! that left with tasks in flight has not come back (at most [`AWAY_WAIT`]
@@ -46,8 +48,9 @@
 //!
 //! The table is one sharded map from origin to what waits there (an
 //! announced task or a held resumed one); a shard lock is held only to take
-//! or put an entry, and while a held run is made a copy (atomics and an
-//! outbox push: no hook or placement runs then), never while a task is
+//! or put an entry, and while a held run is made a copy (atomics, reads of
+//! the core's agent map and outbox pushes: no hook or placement runs then,
+//! and nothing there comes back to this table), never while a task is
 //! adopted or placed.
 
 use std::collections::HashMap;
@@ -90,7 +93,7 @@ enum Slot {
     /// agent announces it) or an agent that reconnected at once (its older
     /// session is leaving, so the newest announcement is adopted first).
     /// One is adopted; the others are dropped at their agent's window,
-    /// their tokens back.
+    /// their tokens back, unless taken as the task's copy first.
     Announced(Vec<Holder>),
     /// Its consumerd sent it again; held until an agent announces it.
     Waiting(Interception<NetJob>),
@@ -246,24 +249,25 @@ impl Resumes {
     /// The session of consumerd `node` looks at a run offered to it: if the
     /// run is still announced (not yet dropped, adopted or copied), `copy`
     /// is asked to make it the task's copy (`Some`: it took the agent's
-    /// reservation), and a run it took leaves the table, so that its agent
-    /// is not told to drop it. Returns whether it was taken.
-    pub(crate) fn copy_held(&self, node: u128, run: HeldRun, copy: impl FnOnce() -> Option<bool>) -> bool {
+    /// reservation, `Some(true)` with the copy in place), and a run it took
+    /// leaves the table, so that its agent is not told to drop it twice.
+    /// Returns what `copy` said; `None` when the run was not taken.
+    pub(crate) fn copy_held(&self, node: u128, run: HeldRun, copy: impl FnOnce() -> Option<bool>) -> Option<bool> {
         let origin = Origin { consumerd: node, task_id: run.task_id };
-        let Entry::Occupied(mut e) = self.slots.entry(origin) else { return false };
-        let Slot::Announced(holders) = e.get_mut() else { return false };
-        let Some(at) = holders.iter().position(|h| *h == run.holder) else { return false };
+        let Entry::Occupied(mut e) = self.slots.entry(origin) else { return None };
+        let Slot::Announced(holders) = e.get_mut() else { return None };
+        let at = holders.iter().position(|h| *h == run.holder)?;
         // Under the shard's lock: the run is either copied here or dropped
         // at its agent's window, never both.
-        if copy().is_none() {
-            return false;
-        }
+        let copied = copy()?;
         holders.remove(at);
         if holders.is_empty() {
             e.remove();
         }
-        self.adopted.fetch_add(1, Ordering::Relaxed);
-        true
+        if copied {
+            self.adopted.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(copied)
     }
 
     /// The announced tasks of `agent` among `tasks` that no consumerd
@@ -500,15 +504,16 @@ mod tests {
         let first = offers.try_recv().unwrap();
         let second = offers.try_recv().unwrap();
         assert_eq!((first.task_id, second.task_id), (40, 41), "each run offered to its consumerd");
-        assert!(table.copy_held(3, first, || Some(true)));
-        assert!(!table.copy_held(3, second, || None), "the session could not take it");
+        assert_eq!(table.copy_held(3, first, || Some(true)), Some(true));
+        assert_eq!(table.copy_held(3, second, || None), None, "the session could not take it");
         assert_eq!(table.unclaimed(agent, &held), vec![12], "only the run not taken is dropped");
         let mut asked = false;
-        assert!(!table.copy_held(3, second, || {
+        let again = table.copy_held(3, second, || {
             asked = true;
             Some(true)
-        }));
-        assert!(!asked, "a dropped run is not offered again");
+        });
+        assert!(again.is_none() && !asked, "a dropped run is not offered again");
+        assert_eq!(table.counts().0, 1, "one run adopted as a copy");
         table.consumerd_left(3, 1);
         table.announce(agent, &held);
         assert!(offers.try_recv().is_err(), "a consumerd gone is offered nothing");
