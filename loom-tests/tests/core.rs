@@ -747,6 +747,32 @@ fn cut_off_and_back(tokens: u32) -> Hedged {
     (ends, s, cd, b, back, id)
 }
 
+/// Offers the run `back` holds (handle 7) to the consumerd's session while
+/// `f` acts on `other` (two threads). A run not taken is given back at the
+/// agent's window, as the scheduler does. Returns both.
+fn offer_held_while<T: Send + 'static>(
+    cd: ccroute_core::ConsumerdSession<J>,
+    back: &ccroute_core::AgentSession<J>,
+    mut other: T,
+    f: impl FnOnce(&mut T) + Send + 'static,
+) -> (ccroute_core::ConsumerdSession<J>, T) {
+    let held = back.id();
+    let tc_ = thread::spawn(move || {
+        let copied = cd.copy_held(1, held, 7);
+        (cd, copied)
+    });
+    let to = thread::spawn(move || {
+        f(&mut other);
+        other
+    });
+    let (cd, copied) = tc_.join().unwrap();
+    let other = to.join().unwrap();
+    if copied.is_none() {
+        assert_eq!(back.release_reserved(1), 1);
+    }
+    (cd, other)
+}
+
 /// (h) An agent lost with a task comes back holding its run while the task
 /// runs again on another agent; its run is adopted as the task's copy while
 /// that other agent answers. One answer reaches the consumerd, the task ends
@@ -754,22 +780,8 @@ fn cut_off_and_back(tokens: u32) -> Hedged {
 #[test]
 fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
     model(|| {
-        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back(1);
-        let held = back.id();
-        let tc_ = thread::spawn(move || {
-            let copied = cd.copy_held(1, held, 7);
-            (cd, copied)
-        });
-        let tb = thread::spawn(move || {
-            b.complete(id, true).unwrap();
-            b
-        });
-        let (mut cd, copied) = tc_.join().unwrap();
-        let mut b = tb.join().unwrap();
-        if copied.is_none() {
-            // Not taken: the scheduler gives it back at the agent's window.
-            assert_eq!(back.release_reserved(1), 1);
-        }
+        let (ends, s, cd, b, mut back, id) = cut_off_and_back(1);
+        let (mut cd, mut b) = offer_held_while(cd, &back, b, move |b| b.complete(id, true).unwrap());
         answer_all_held(&mut back);
         answer_all_held(&mut b);
         assert_answered_once(&mut cd, &ends, &s);
@@ -806,20 +818,7 @@ fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
         assert!(b.hedge(id, 0), "a straggler's copy");
         let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
         drop(t);
-        let held = back.id();
-        let tc_ = thread::spawn(move || {
-            let copied = cd.copy_held(1, held, 7);
-            (cd, copied)
-        });
-        let tcopy = thread::spawn(move || {
-            c.complete(id, true).unwrap();
-            c
-        });
-        let (mut cd, copied) = tc_.join().unwrap();
-        let mut c = tcopy.join().unwrap();
-        if copied.is_none() {
-            assert_eq!(back.release_reserved(1), 1);
-        }
+        let (mut cd, mut c) = offer_held_while(cd, &back, c, move |c| c.complete(id, true).unwrap());
         answer_all_held(&mut back);
         answer_all_held(&mut c);
         answer_all_held(&mut b);
@@ -836,20 +835,9 @@ fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
 fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run() {
     model(|| {
         let (ends, s, cd, b, mut back, id) = cut_off_and_back(2);
-        let held = back.id();
-        let tc_ = thread::spawn(move || {
-            let copied = cd.copy_held(1, held, 7);
-            (cd, copied)
-        });
-        let tb = thread::spawn(move || {
+        let (mut cd, mut b) = offer_held_while(cd, &back, b, move |b| {
             b.hedge(id, 0);
-            b
         });
-        let (mut cd, copied) = tc_.join().unwrap();
-        let mut b = tb.join().unwrap();
-        if copied.is_none() {
-            assert_eq!(back.release_reserved(1), 1);
-        }
         answer_all_held(&mut back);
         answer_all_held(&mut b);
         let answer = cd.poll_answer().expect("no answer");
