@@ -46,7 +46,8 @@ pub(crate) struct AgentCounters {
     /// Results that answered their task with a compile failure or an
     /// internal error.
     pub(crate) failed: Counter,
-    /// Results for tasks that had ended meanwhile (cancelled): dropped.
+    /// Results for tasks that had ended meanwhile (cancelled), and copies'
+    /// internal errors while their task's own run went on: dropped.
     pub(crate) stale: Counter,
     /// Tasks it held when it was lost, placed again or sent back.
     pub(crate) lost: Counter,

@@ -81,6 +81,19 @@ pub mod test_support {
         }
     }
 
+    /// Answers say whether the compile succeeded, or `None`: the agent could
+    /// not run it (an internal error).
+    #[derive(Debug)]
+    pub struct FallibleJob;
+
+    impl Job for FallibleJob {
+        type Task = u64;
+        type Answer = Option<bool>;
+        fn classify(ok: &Option<bool>) -> AnswerKind {
+            ok.as_ref().map_or(AnswerKind::Internal, TestJob::classify)
+        }
+    }
+
     /// A job whose tasks are their own expected cost, in microseconds.
     #[derive(Debug)]
     pub struct CostedJob;

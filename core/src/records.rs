@@ -121,8 +121,12 @@ impl<T> Ranked<T> {
 pub enum AnswerKind {
     /// The compile succeeded.
     Success,
-    /// The compile failed, or the agent could not run it.
+    /// The compile failed: the compiler's own verdict.
     Failed,
+    /// The agent could not run the compile (its own trouble, not the
+    /// unit's): the consumerd compiles it itself. A copy's run that ends so
+    /// does not answer its task while the task's own run goes on.
+    Internal,
 }
 
 /// One agent as the optimizer sees it, from [`Scheduler::agent_loads`].

@@ -162,8 +162,10 @@ impl<J: Job> AgentSession<J> {
     /// [`AgentSession::set_speed`]) may take the copy: a copy on a host no
     /// faster than its own cannot overtake a unit that is merely long. The
     /// first answer of the two is the task's; the other agent is told to
-    /// cancel (and still answers, which frees its token). A task has at most
-    /// one copy. Returns whether a copy was started.
+    /// cancel (and still answers, which frees its token). A copy that could
+    /// not run ([`AnswerKind::Internal`]) does not answer: the task's own run
+    /// goes on, and it may be copied again. A task has at most one copy.
+    /// Returns whether a copy was started.
     pub fn hedge(&self, task: TaskId, min_speed: u32) -> bool {
         let Some((task, attempt)) = self.outstanding.get(&task) else {
             return false;
@@ -262,6 +264,16 @@ impl<J: Job> AgentSession<J> {
             if !copy_of(s, hedge, me, attempt) {
                 break None;
             }
+            // A copy that could not run leaves the task to its own run, as
+            // if its agent had gone — unless the task was handed to it
+            // meanwhile, when it answers like any run.
+            if kind == AnswerKind::Internal
+                && s.agent != me
+                && task.clear_hedge(me, attempt)
+                && task.state() != State::assigned(me, attempt)
+            {
+                break None;
+            }
             if task.transition(s, State::ended()) {
                 break Some((s.agent != me).then_some(s.agent));
             }
@@ -269,7 +281,7 @@ impl<J: Job> AgentSession<J> {
         if let Some(primary) = won {
             match kind {
                 AnswerKind::Success => self.entry.counters.completed.bump(),
-                AnswerKind::Failed => self.entry.counters.failed.bump(),
+                AnswerKind::Failed | AnswerKind::Internal => self.entry.counters.failed.bump(),
             }
             match primary {
                 Some(primary) => {
@@ -626,7 +638,7 @@ impl<J: Job> ConsumerdSession<J> {
             match &answer.reply {
                 Reply::Done(a) => match J::classify(a) {
                     AnswerKind::Success => c.completed.bump(),
-                    AnswerKind::Failed => c.failed.bump(),
+                    AnswerKind::Failed | AnswerKind::Internal => c.failed.bump(),
                 },
                 Reply::Intercepted(_) => c.intercepted.bump(),
                 Reply::RunLocally(_) => c.retried.bump(),

@@ -13,7 +13,7 @@ use ccroute_wire::{RetryReason, ToolchainKey};
 use super::*;
 use crate::sync::Arc;
 
-pub(crate) use super::test_support::{peer, tc, CostedJob, TestJob};
+pub(crate) use super::test_support::{peer, tc, CostedJob, FallibleJob, TestJob};
 
 type S = Scheduler<TestJob>;
 
@@ -22,7 +22,7 @@ fn sched() -> S {
 }
 
 /// Takes every assignment waiting for an agent.
-fn assigned(a: &mut AgentSession<TestJob>) -> Vec<TaskId> {
+fn assigned<J: Job>(a: &mut AgentSession<J>) -> Vec<TaskId> {
     let mut out = vec![];
     while let Some(d) = a.poll() {
         if let Dispatch::Assign(t) = d {
@@ -32,7 +32,7 @@ fn assigned(a: &mut AgentSession<TestJob>) -> Vec<TaskId> {
     out
 }
 
-fn answers(c: &mut ConsumerdSession<TestJob>) -> Vec<Answer<bool>> {
+fn answers<J: Job>(c: &mut ConsumerdSession<J>) -> Vec<Answer<J::Answer>> {
     std::iter::from_fn(|| c.poll_answer()).collect()
 }
 
@@ -1043,7 +1043,7 @@ fn answers_costed(c: &mut ConsumerdSession<CostedJob>) -> usize {
 }
 
 /// Every dispatch waiting for an agent, in order.
-fn dispatches(a: &mut AgentSession<TestJob>) -> Vec<String> {
+fn dispatches<J: Job + std::fmt::Debug>(a: &mut AgentSession<J>) -> Vec<String> {
     std::iter::from_fn(|| a.poll())
         .map(|d| match d {
             Dispatch::Assign(t) => format!("assign {}", t.id().0),
@@ -1053,13 +1053,21 @@ fn dispatches(a: &mut AgentSession<TestJob>) -> Vec<String> {
         .collect()
 }
 
-fn tokens_in_use(s: &S) -> Vec<u32> {
+fn tokens_in_use<J: Job>(s: &Scheduler<J>) -> Vec<u32> {
     s.agents().iter().map(|a| a.tokens_in_use).collect()
 }
 
 /// A task running on `a`, and an idle agent `b` beside it.
-fn hedge_pair() -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, TaskId) {
-    let s = sched();
+fn hedge_pair() -> Pair<TestJob> {
+    hedge_pair_of()
+}
+
+/// A scheduler, two agents, a consumerd and its task.
+type Pair<J> = (Scheduler<J>, AgentSession<J>, AgentSession<J>, ConsumerdSession<J>, TaskId);
+
+/// [`hedge_pair`] for any job.
+fn hedge_pair_of<J: Job<Task = u64>>() -> Pair<J> {
+    let s = Scheduler::new(Config::default());
     let mut a = s.connect_agent(peer(1), &[tc("gcc")], 1);
     let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
     cd.submit(1, tc("gcc").key(), 1).unwrap();
@@ -1216,8 +1224,13 @@ fn losing_both_agents_places_the_task_again_once() {
 /// Agent `a` was lost running task `t`, which now runs again on `b`; `a`
 /// is back (a new session, `back`) with one token reserved for the run of
 /// `t` it still holds.
-fn cut_off_and_back() -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, TaskId) {
-    let s = sched();
+fn cut_off_and_back() -> Pair<TestJob> {
+    cut_off_and_back_of()
+}
+
+/// [`cut_off_and_back`] for any job.
+fn cut_off_and_back_of<J: Job<Task = u64> + std::fmt::Debug>() -> Pair<J> {
+    let s = Scheduler::new(Config::default());
     let mut a = s.connect_agent(peer(1), &[tc("gcc")], 1);
     let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
     cd.submit(1, tc("gcc").key(), 1).unwrap();
@@ -1299,4 +1312,68 @@ fn a_held_run_of_a_task_waiting_for_a_token_is_not_copied() {
     let back = s.connect_agent_resuming(peer(1), &[tc("gcc")], 1, 1);
     assert_eq!(cd.copy_held(1, back.id(), 9), None);
     assert_eq!(back.reserved(), 1);
+}
+
+#[test]
+fn a_copy_that_could_not_run_leaves_the_task_to_its_own_run() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair_of::<FallibleJob>();
+    assert!(a.hedge(t, 0));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    b.complete(t, None).unwrap();
+    assert!(answers(&mut cd).is_empty(), "an internal error of the copy does not answer the task");
+    assert!(dispatches(&mut a).is_empty(), "the task's own run is not stopped");
+    assert_eq!(tokens_in_use(&s), vec![1, 0], "the copy's token is back");
+    assert!(a.hedge(t, 0), "and another copy may start");
+    assert_eq!(dispatches(&mut b).len(), 1);
+    a.complete(t, Some(true)).unwrap();
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)]);
+    b.complete(t, Some(false)).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(Some(true)), "the task's own run answered");
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+    assert_eq!(s.agents()[1].stale, 2, "both of the copy's answers were dropped");
+}
+
+#[test]
+fn a_held_run_that_ended_in_an_internal_error_does_not_answer_over_the_run_begun_again() {
+    let (s, mut b, mut back, mut cd, t) = cut_off_and_back_of::<FallibleJob>();
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    let Some(Dispatch::Adopt { task, handle: 9 }) = back.poll() else { panic!("no adoption") };
+    drop(task);
+    back.complete(t, None).unwrap();
+    assert!(answers(&mut cd).is_empty());
+    assert!(dispatches(&mut b).is_empty(), "the run begun again goes on");
+    b.complete(t, Some(true)).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(Some(true)));
+    assert!(tokens_in_use(&s).iter().all(|&n| n == 0), "{:?}", tokens_in_use(&s));
+}
+
+#[test]
+fn an_internal_error_of_the_tasks_own_run_still_answers_it() {
+    let (s, mut a, mut b, mut cd, t) = hedge_pair_of::<FallibleJob>();
+    assert!(a.hedge(t, 0));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    a.complete(t, None).unwrap();
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)]);
+    b.complete(t, Some(true)).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(None), "the consumerd is told to compile it");
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
+}
+
+#[test]
+fn a_copy_handed_the_task_answers_it_even_with_an_internal_error() {
+    let (s, a, mut b, mut cd, t) = hedge_pair_of::<FallibleJob>();
+    assert!(a.hedge(t, 0));
+    assert_eq!(dispatches(&mut b).len(), 1);
+    drop(a);
+    b.complete(t, None).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "the only run left answers: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(None));
+    assert_eq!(tokens_in_use(&s), vec![0]);
 }

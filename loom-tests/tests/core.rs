@@ -23,12 +23,13 @@ struct J;
 
 impl Job for J {
     type Task = u64;
-    type Answer = bool;
-    fn classify(ok: &bool) -> AnswerKind {
-        if *ok {
-            AnswerKind::Success
-        } else {
-            AnswerKind::Failed
+    /// Whether the compile succeeded; `None`: the agent could not run it.
+    type Answer = Option<bool>;
+    fn classify(ok: &Option<bool>) -> AnswerKind {
+        match ok {
+            Some(true) => AnswerKind::Success,
+            Some(false) => AnswerKind::Failed,
+            None => AnswerKind::Internal,
         }
     }
     /// Odd bodies are dear, even ones cheap: lanes rank them in two classes.
@@ -61,7 +62,7 @@ impl Hook<J> for Ends {
     fn pre_receive(&self, _: &TaskRef<'_, J>) -> HookAction {
         HookAction::ProcessRequestNormally
     }
-    fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+    fn on_end(&self, _: &Task<J>, _: EndView<'_, Option<bool>>) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -150,7 +151,7 @@ fn a_result_racing_a_cancel_ends_the_task_once() {
         let id = t.id();
         drop(t);
         let a = thread::spawn(move || {
-            agent.complete(id, true).unwrap();
+            agent.complete(id, Some(true)).unwrap();
             agent
         });
         let c = thread::spawn(move || {
@@ -195,7 +196,7 @@ fn a_disconnect_racing_a_cancel_ends_the_task_once() {
             if let Dispatch::Assign(t) = d {
                 let id = t.id();
                 drop(t);
-                other.complete(id, true).unwrap();
+                other.complete(id, Some(true)).unwrap();
             }
         }
         assert!(cd.poll_answer().is_none(), "an answer after a cancel");
@@ -220,7 +221,7 @@ fn a_result_racing_the_consumerd_leaving_ends_the_task_once() {
         let id = t.id();
         drop(t);
         let a = thread::spawn(move || {
-            agent.complete(id, false).unwrap();
+            agent.complete(id, Some(false)).unwrap();
             agent
         });
         let c = thread::spawn(move || drop(cd));
@@ -245,7 +246,7 @@ fn no_task_waits_while_a_token_is_free() {
         let first = t.id();
         drop(t);
         let a = thread::spawn(move || {
-            agent.complete(first, true).unwrap();
+            agent.complete(first, Some(true)).unwrap();
             agent
         });
         let c = thread::spawn(move || {
@@ -288,7 +289,7 @@ fn a_dear_task_pushed_while_a_pop_scans_the_classes_is_not_stranded() {
         // A cheap one waits.
         cd.submit(2, tc().key(), 2).unwrap();
         let a = thread::spawn(move || {
-            agent.complete(first, true).unwrap();
+            agent.complete(first, Some(true)).unwrap();
             agent
         });
         let c = thread::spawn(move || {
@@ -303,7 +304,7 @@ fn a_dear_task_pushed_while_a_pop_scans_the_classes_is_not_stranded() {
         assert_eq!(s.routes()[0].queued, 1);
         let next = t.id();
         drop(t);
-        agent.complete(next, true).unwrap();
+        agent.complete(next, Some(true)).unwrap();
         let Some(Dispatch::Assign(t)) = agent.poll() else { panic!("the other task was stranded") };
         assert!([2, 3].contains(t.body()));
         assert_eq!(s.routes()[0].queued, 0);
@@ -329,7 +330,7 @@ fn a_task_kept_for_a_fast_agent_is_not_stranded_when_its_token_comes_back() {
         let first = t.id();
         drop(t);
         let a = thread::spawn(move || {
-            fast.complete(first, true).unwrap();
+            fast.complete(first, Some(true)).unwrap();
             fast
         });
         let c = thread::spawn(move || {
@@ -366,14 +367,14 @@ fn two_agents_and_two_submits_leave_nothing_waiting() {
         }
         let (i1, i2) = (ids[0], ids[1]);
         let t1 = thread::spawn(move || {
-            a1.complete(i1, true).unwrap();
+            a1.complete(i1, Some(true)).unwrap();
             a1
         });
         let t2 = thread::spawn(move || {
             cd.submit(3, tc().key(), 3).unwrap();
             cd
         });
-        a2.complete(i2, true).unwrap();
+        a2.complete(i2, Some(true)).unwrap();
         let a1 = t1.join().unwrap();
         let cd = t2.join().unwrap();
         assert_eq!(s.routes()[0].queued, 0, "task 3 waits while tokens are free");
@@ -420,7 +421,7 @@ fn an_interception_racing_a_cancel_ends_the_task_once() {
             }
             HookAction::RequestIntercepted
         }
-        fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+        fn on_end(&self, _: &Task<J>, _: EndView<'_, Option<bool>>) {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -430,7 +431,7 @@ fn an_interception_racing_a_cancel_ends_the_task_once() {
         let mut cd = s.connect_consumerd(peer(1), &[tc()]);
         cd.submit(1, tc().key(), 1).unwrap();
         let held = hook.0.lock().unwrap().pop().unwrap();
-        let h = thread::spawn(move || held.answer(true));
+        let h = thread::spawn(move || held.answer(Some(true)));
         let c = thread::spawn(move || {
             cd.cancel(1);
             cd
@@ -483,7 +484,7 @@ impl Hook<J> for HoldFirst {
         }
         HookAction::ProcessRequestNormally
     }
-    fn on_end(&self, _: &Task<J>, _: EndView<'_, bool>) {
+    fn on_end(&self, _: &Task<J>, _: EndView<'_, Option<bool>>) {
         self.ends.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -514,7 +515,7 @@ fn an_adoption_racing_the_agent_leaving_ends_the_task_once() {
             if let Dispatch::Assign(t) = d {
                 let id = t.id();
                 drop(t);
-                other.complete(id, true).unwrap();
+                other.complete(id, Some(true)).unwrap();
             }
         }
         assert!(cd.poll_answer().is_some(), "the task was never answered");
@@ -535,10 +536,10 @@ fn answer_all(agent: &mut ccroute_core::AgentSession<J>) {
             Dispatch::Assign(t) => {
                 let id = t.id();
                 drop(t);
-                agent.complete(id, true).unwrap();
+                agent.complete(id, Some(true)).unwrap();
             }
             Dispatch::Cancel(id) => {
-                let _ = agent.complete(id, false);
+                let _ = agent.complete(id, Some(false));
             }
             _ => {}
         }
@@ -593,11 +594,11 @@ fn finish_together(
     id: ccroute_core::TaskId,
 ) -> (ccroute_core::AgentSession<J>, ccroute_core::AgentSession<J>) {
     let ta = thread::spawn(move || {
-        a.complete(id, true).unwrap();
+        a.complete(id, Some(true)).unwrap();
         a
     });
     let tb = thread::spawn(move || {
-        b.complete(id, true).unwrap();
+        b.complete(id, Some(true)).unwrap();
         b
     });
     (ta.join().unwrap(), tb.join().unwrap())
@@ -652,7 +653,7 @@ fn the_original_agent_lost_while_the_copy_answers_ends_once() {
         let (ends, s, mut cd, a, mut b, id) = hedged();
         let ta = thread::spawn(move || drop(a));
         let tb = thread::spawn(move || {
-            b.complete(id, true).unwrap();
+            b.complete(id, Some(true)).unwrap();
             b
         });
         ta.join().unwrap();
@@ -693,10 +694,58 @@ fn a_hedge_racing_the_copys_agent_leaving_strands_nothing() {
         let tb = thread::spawn(move || drop(b));
         let mut a = ta.join().unwrap();
         tb.join().unwrap();
-        a.complete(id, true).unwrap();
+        a.complete(id, Some(true)).unwrap();
         answer_all(&mut a);
         assert_answered_once(&mut cd, &ends, &s);
         drop((a, cd));
+    });
+}
+
+/// (h) The copy could not run (an internal error) while the task's own run
+/// answers: the task's answer is its own run's, whichever comes first; the
+/// task ends once and both tokens come back.
+#[test]
+fn a_copy_that_could_not_run_answering_with_the_original_leaves_the_answer_to_it() {
+    model(|| {
+        let (ends, s, mut cd, mut a, mut b, id) = hedged();
+        let ta = thread::spawn(move || {
+            a.complete(id, Some(true)).unwrap();
+            a
+        });
+        let tb = thread::spawn(move || {
+            b.complete(id, None).unwrap();
+            b
+        });
+        let (mut a, mut b) = (ta.join().unwrap(), tb.join().unwrap());
+        answer_all(&mut a);
+        answer_all(&mut b);
+        let answer = cd.poll_answer().expect("no answer");
+        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "the copy's internal error answered the task");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((a, b, cd));
+    });
+}
+
+/// (h) The copy could not run while the task's own agent is lost: the task
+/// is handed to the copy (whose answer then stands) or placed again (on the
+/// copy's agent, its token back) — never left with no run. One answer, one
+/// end, no token held.
+#[test]
+fn a_copy_that_could_not_run_as_the_original_agent_is_lost_strands_nothing() {
+    model(|| {
+        let (ends, s, mut cd, a, mut b, id) = hedged();
+        let ta = thread::spawn(move || drop(a));
+        let tb = thread::spawn(move || {
+            b.complete(id, None).unwrap();
+            b
+        });
+        ta.join().unwrap();
+        let mut b = tb.join().unwrap();
+        answer_all(&mut b);
+        assert_answered_once(&mut cd, &ends, &s);
+        drop((b, cd));
     });
 }
 
@@ -717,12 +766,12 @@ fn answer_all_held(agent: &mut ccroute_core::AgentSession<J>) {
             if let Dispatch::Assign(t) | Dispatch::Adopt { task: t, .. } = d {
                 let id = t.id();
                 drop(t);
-                agent.complete(id, !cancelled.contains(&id)).unwrap();
+                agent.complete(id, Some(!cancelled.contains(&id))).unwrap();
             }
         }
         for id in cancelled {
             // A run sent earlier, or one just answered (then not held: refused).
-            let _ = agent.complete(id, false);
+            let _ = agent.complete(id, Some(false));
         }
     }
 }
@@ -781,7 +830,7 @@ fn offer_held_while<T: Send + 'static>(
 fn a_held_run_adopted_as_a_copy_racing_the_tasks_answer_ends_once() {
     model(|| {
         let (ends, s, cd, b, mut back, id) = cut_off_and_back(1);
-        let (mut cd, mut b) = offer_held_while(cd, &back, b, move |b| b.complete(id, true).unwrap());
+        let (mut cd, mut b) = offer_held_while(cd, &back, b, move |b| b.complete(id, Some(true)).unwrap());
         answer_all_held(&mut back);
         answer_all_held(&mut b);
         assert_answered_once(&mut cd, &ends, &s);
@@ -818,7 +867,7 @@ fn a_held_run_replacing_a_stragglers_copy_as_it_answers_ends_once() {
         assert!(b.hedge(id, 0), "a straggler's copy");
         let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
         drop(t);
-        let (mut cd, mut c) = offer_held_while(cd, &back, c, move |c| c.complete(id, true).unwrap());
+        let (mut cd, mut c) = offer_held_while(cd, &back, c, move |c| c.complete(id, Some(true)).unwrap());
         answer_all_held(&mut back);
         answer_all_held(&mut c);
         answer_all_held(&mut b);
@@ -841,7 +890,7 @@ fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run(
         answer_all_held(&mut back);
         answer_all_held(&mut b);
         let answer = cd.poll_answer().expect("no answer");
-        assert_eq!(answer.reply, ccroute_core::Reply::Done(true), "a cancelled run answered the task");
+        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
         assert!(cd.poll_answer().is_none(), "answered twice");
         assert_eq!(ends.0.load(Ordering::SeqCst), 1);
         assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());

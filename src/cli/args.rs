@@ -144,7 +144,8 @@ pub struct SchedulerArgs {
     /// Never copy a straggler. By default a task that runs past twice its
     /// expected time on its agent (and at least a second) is copied to an
     /// idle agent when no task waits for one; the first answer wins and the
-    /// other compile is stopped.
+    /// other compile is stopped (a copy's internal error never wins: the
+    /// original runs on).
     #[arg(long)]
     pub no_hedging: bool,
     /// Seconds a silent peer has before it counts as lost.

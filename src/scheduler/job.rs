@@ -74,7 +74,9 @@ impl Job for NetJob {
     fn classify(answer: &AgentAnswer) -> AnswerKind {
         match answer.header.outcome {
             Outcome::Success => AnswerKind::Success,
-            _ => AnswerKind::Failed,
+            Outcome::CompileFailed => AnswerKind::Failed,
+            // The agent's trouble, not the unit's: the consumerd compiles it.
+            _ => AnswerKind::Internal,
         }
     }
 
