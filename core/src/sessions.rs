@@ -101,8 +101,7 @@ impl<J: Job> AgentSession<J> {
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         continue;
                     }
-                    self.outstanding.insert(task.id, (task.clone(), s.attempt));
-                    self.entry.counters.assigned.bump();
+                    self.record_sent(&task, s.attempt);
                     return Some(Dispatch::Assign(task));
                 }
                 AgentEvent::Cancel(id) => {
@@ -118,8 +117,7 @@ impl<J: Job> AgentSession<J> {
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         return Some(Dispatch::Abandon(handle));
                     }
-                    self.outstanding.insert(task.id, (task.clone(), s.attempt));
-                    self.entry.counters.assigned.bump();
+                    self.record_sent(&task, s.attempt);
                     return Some(Dispatch::Adopt { task, handle });
                 }
                 AgentEvent::Hedge(task, attempt, held) => {
@@ -132,8 +130,7 @@ impl<J: Job> AgentSession<J> {
                             None => continue,
                         }
                     }
-                    self.outstanding.insert(task.id, (task.clone(), attempt));
-                    self.entry.counters.assigned.bump();
+                    self.record_sent(&task, attempt);
                     return Some(match held {
                         Some(handle) => Dispatch::Adopt { task, handle },
                         None => Dispatch::Assign(task),
@@ -142,6 +139,19 @@ impl<J: Job> AgentSession<J> {
             }
         }
         None
+    }
+
+    /// Records `task` at `attempt` as sent to the agent. A run of the same
+    /// task it has not answered yet — a copy it was told to cancel, the task
+    /// since placed here again — is replaced: an agent sent an id it runs
+    /// lets the older run go unanswered, so that run's token comes back now.
+    fn record_sent(&mut self, task: &Arc<Task<J>>, attempt: u8) {
+        self.entry.counters.assigned.bump();
+        if self.outstanding.insert(task.id, (task.clone(), attempt)).is_some() {
+            self.entry.counters.stale.bump();
+            self.entry.tokens.release();
+            self.core.router.serve_routes_of(&self.entry, &*self.core);
+        }
     }
 
     /// Whether a copy of `task` at `attempt` is this agent's to run: that

@@ -1377,3 +1377,28 @@ fn a_copy_handed_the_task_answers_it_even_with_an_internal_error() {
     assert_eq!(got[0].reply, Reply::Done(None));
     assert_eq!(tokens_in_use(&s), vec![0]);
 }
+
+#[test]
+fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_token_there() {
+    let (s, b, back, mut cd, t) = cut_off_and_back();
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
+    assert!(b.hedge(t, 0), "a straggler's copy on c");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true), "the held run takes the copy's place");
+    // Both runs left are lost before c answers its cancelled copy: the
+    // task is placed again, on c.
+    drop(back);
+    drop(b);
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0), format!("assign {}", t.0)]);
+    if tokens_in_use(&s) != vec![1] {
+        // A token held for a run that never answers: c's drop would wait
+        // for it forever.
+        std::mem::forget(c);
+        panic!("the replaced copy still holds a token: {:?}", tokens_in_use(&s));
+    }
+    c.complete(t, true).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(tokens_in_use(&s), vec![0]);
+    assert!(c.complete(t, false).is_err(), "the replaced run answers nothing: an answer under its id is refused");
+}

@@ -128,11 +128,7 @@ impl Work {
     /// its inputs are fetched through.
     pub fn start(&mut self, header: TaskHeader, source: Bytes, fetch: Option<quinn::Connection>) {
         let id = header.task_id;
-        if let Some(old) = self.running.get(&id) {
-            // A scheduler never reuses an id it has not had answered.
-            tracing::warn!(task = id, "a task id already running was sent again; the first one is cancelled");
-            old.cancel.cancel();
-        }
+        self.replace(id);
         let cancel = CancellationToken::new();
         let task = ExecTask {
             task_id: id,
@@ -220,6 +216,7 @@ impl Work {
         }
         match self.running.remove(&handle) {
             Some(r) if !r.dropped => {
+                self.replace(task_id);
                 self.running.insert(task_id, r);
                 if let Some(id) = self.ids.values_mut().find(|id| **id == handle) {
                     *id = task_id;
@@ -313,6 +310,18 @@ impl Work {
         self.held.len()
     }
 
+    /// `id` is about to be run again: a compile still running under it — a
+    /// copy the scheduler told this agent to cancel, the task since sent
+    /// here again — is killed and answers nothing (the scheduler counts it
+    /// replaced: an answer under the id would be taken for the new run's).
+    fn replace(&mut self, id: u64) {
+        if let Some(old) = self.running.remove(&id) {
+            tracing::debug!(task = id, "a task id still running was sent again; the older compile is dropped");
+            old.cancel.cancel();
+            self.ids.retain(|_, i| *i != id);
+        }
+    }
+
     fn new_handle(&mut self) -> u64 {
         let h = ResumedTask::HANDLE_BIT | self.next_handle;
         self.next_handle += 1;
@@ -383,6 +392,58 @@ mod tests {
             header: ResultHeader::bare(task_id, Outcome::Success),
             object: Bytes::from_static(b"object"),
         }
+    }
+
+    /// A task of the test toolchain that sleeps `ms`, under `id`.
+    fn sleeper(id: u64, ms: u64) -> (TaskHeader, Bytes) {
+        let spec = ccroute_wire::TaskSpec {
+            args: vec![format!("-sleep={ms}")],
+            input_path: "a.c".into(),
+            cwd: None,
+            env: vec![],
+            inputs: None,
+        };
+        let source = Bytes::from_static(b"int x;\n");
+        let payload = ccroute_wire::PayloadInfo {
+            len: source.len() as u64,
+            raw_len: source.len() as u64,
+            compression: ccroute_wire::Compression::None,
+        };
+        let header = TaskHeader {
+            task_id: id,
+            toolchain: crate::toolchain::test_toolchain().key(),
+            cache_key: None,
+            spec: ccroute_wire::codec::encode_spec(&spec),
+            payload,
+            inputs: false,
+            origin: Some(Origin { consumerd: 1, task_id: id }),
+            resumed: false,
+        };
+        (header, source)
+    }
+
+    /// The scheduler sends an id this agent still runs (a copy it told it
+    /// to cancel, the task since placed here again): the older compile is
+    /// killed and answers nothing; the one answer under the id is the new
+    /// run's (the scheduler gave the older run's token back when it sent it).
+    #[tokio::test]
+    async fn an_id_sent_again_while_it_runs_is_answered_once_by_the_new_run() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let (old, source) = sleeper(5, 60_000);
+        work.start(old, source, None);
+        let (new, source) = sleeper(5, 10);
+        work.start(new, source, None);
+        assert_eq!(work.running(), 1);
+        let mut answers = vec![];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !work.compiles.is_empty() {
+            let finished = tokio::time::timeout_at(deadline, work.next_finished()).await.expect("both compiles end");
+            answers.extend(finished);
+        }
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_eq!((answers[0].0.task_id, &answers[0].0.outcome), (5, &Outcome::Success));
+        assert_eq!(work.running(), 0);
     }
 
     /// A result sent while the scheduler was already silent is kept when

@@ -131,6 +131,9 @@ impl std::fmt::Debug for CacheKey {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskHeader {
     /// Chosen by the sender, unique among its open tasks on this connection.
+    /// scheduler → agent: an id the agent still runs (a copy it was told to
+    /// cancel, the task since placed on it again) replaces that run, which
+    /// then answers nothing.
     pub task_id: u64,
     /// Route key.
     pub toolchain: ToolchainKey,
