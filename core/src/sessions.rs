@@ -121,8 +121,13 @@ impl<J: Job> AgentSession<J> {
                     return Some(Dispatch::Adopt { task, handle });
                 }
                 AgentEvent::Hedge(task, attempt, held) => {
-                    if !self.is_copy(&task, attempt) || self.outstanding.contains_key(&task.id) {
-                        // Answered, cancelled or placed again before it could be sent.
+                    // This attempt already runs here (a straggler's copy and
+                    // a held run of one task): one of the two is enough. An
+                    // older run of the task is replaced (`record_sent`).
+                    let runs_it = self.outstanding.get(&task.id).is_some_and(|&(_, a)| a == attempt);
+                    if !self.is_copy(&task, attempt) || runs_it {
+                        // Answered, cancelled or placed again before it could
+                        // be sent, or run here already.
                         self.entry.tokens.release();
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         match held {
@@ -430,7 +435,10 @@ impl<J: Job> Drop for AgentSession<J> {
                     AgentEvent::Assign(task) | AgentEvent::Adopt(task, _) => {
                         let s = task.state();
                         if s.phase == Phase::Assigned && s.agent == entry.id.0 {
-                            self.outstanding.insert(task.id, (task, s.attempt));
+                            // An older run of it replaced, as in `record_sent`.
+                            if self.outstanding.insert(task.id, (task, s.attempt)).is_some() {
+                                entry.tokens.release();
+                            }
                         } else {
                             entry.tokens.release();
                         }
@@ -438,9 +446,12 @@ impl<J: Job> Drop for AgentSession<J> {
                     AgentEvent::Hedge(task, attempt, _) => {
                         // A copy not sent: forgotten below like one sent
                         // (the agent is gone: what it holds goes with it).
-                        if self.is_copy(&task, attempt) && !self.outstanding.contains_key(&task.id) {
-                            self.outstanding.insert(task.id, (task, attempt));
-                        } else {
+                        // (An older run of it replaced, as in `record_sent`.)
+                        let runs_it = self.outstanding.get(&task.id).is_some_and(|&(_, a)| a == attempt);
+                        if !self.is_copy(&task, attempt)
+                            || runs_it
+                            || self.outstanding.insert(task.id, (task, attempt)).is_some()
+                        {
                             entry.tokens.release();
                         }
                     }

@@ -1402,3 +1402,49 @@ fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_to
     assert_eq!(tokens_in_use(&s), vec![0]);
     assert!(c.complete(t, false).is_err(), "the replaced run answers nothing: an answer under its id is refused");
 }
+
+#[test]
+fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_run_and_answers() {
+    let (s, b, back, mut cd, t) = cut_off_and_back();
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
+    assert!(b.hedge(t, 0), "a straggler's copy on c");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true), "the held run takes the copy's place");
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)], "c's copy is stopped; it has not answered yet");
+    let mut d = s.connect_agent(peer(5), &[tc("gcc")], 1);
+    drop(back);
+    drop(b);
+    assert_eq!(dispatches(&mut d), vec![format!("assign {}", t.0)], "placed again, on the least loaded agent");
+    assert!(d.hedge(t, 0), "copied to c, whose older run still holds a token");
+    // d is lost before c is sent the copy: the task is handed to the copy.
+    drop(d);
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the copy, now the task's only run, is sent");
+    c.complete(t, true).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
+#[test]
+fn an_agent_lost_before_it_is_sent_a_copy_handed_to_it_does_not_forget_the_task() {
+    let (s, b, back, mut cd, t) = cut_off_and_back();
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
+    assert!(b.hedge(t, 0));
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
+    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
+    let mut d = s.connect_agent(peer(5), &[tc("gcc")], 1);
+    drop(back);
+    drop(b);
+    assert_eq!(dispatches(&mut d), vec![format!("assign {}", t.0)]);
+    assert!(d.hedge(t, 0), "copied to c");
+    drop(d);
+    // c is lost too, before it was sent the copy it was handed: the task is
+    // not forgotten — its third placement lost, it goes back to be compiled
+    // locally.
+    drop(c);
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::RunLocally(RetryReason::AttemptsExhausted));
+    assert!(s.agents().is_empty());
+}
