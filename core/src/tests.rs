@@ -1378,13 +1378,37 @@ fn a_copy_handed_the_task_answers_it_even_with_an_internal_error() {
     assert_eq!(tokens_in_use(&s), vec![0]);
 }
 
-#[test]
-fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_token_there() {
-    let (s, b, back, mut cd, t) = cut_off_and_back();
+/// [`cut_off_and_back`], with a straggler's copy sent to a third agent `c`
+/// (two tokens) and then replaced by the held run: `c` is told to cancel it
+/// (not yet polled) and has not answered.
+fn a_cancelled_copy_on_c(
+) -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, AgentSession<TestJob>, TaskId) {
+    let (s, b, back, cd, t) = cut_off_and_back();
     let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
     assert!(b.hedge(t, 0), "a straggler's copy on c");
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
     assert_eq!(cd.copy_held(1, back.id(), 9), Some(true), "the held run takes the copy's place");
+    (s, b, back, cd, c, t)
+}
+
+/// [`a_cancelled_copy_on_c`], then the task's two runs lost: placed again
+/// on a new agent `d`, copied to `c` (whose older run still holds a token),
+/// and `d` lost before `c` is sent the copy, so the task is handed to it.
+fn handed_to_c_before_it_is_sent() -> (S, ConsumerdSession<TestJob>, AgentSession<TestJob>, TaskId) {
+    let (s, b, back, cd, mut c, t) = a_cancelled_copy_on_c();
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)], "c's copy is stopped; it has not answered yet");
+    let mut d = s.connect_agent(peer(5), &[tc("gcc")], 1);
+    drop(back);
+    drop(b);
+    assert_eq!(dispatches(&mut d), vec![format!("assign {}", t.0)], "placed again, on the least loaded agent");
+    assert!(d.hedge(t, 0), "copied to c");
+    drop(d);
+    (s, cd, c, t)
+}
+
+#[test]
+fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_token_there() {
+    let (s, b, back, mut cd, mut c, t) = a_cancelled_copy_on_c();
     // Both runs left are lost before c answers its cancelled copy: the
     // task is placed again, on c.
     drop(back);
@@ -1405,19 +1429,7 @@ fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_to
 
 #[test]
 fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_run_and_answers() {
-    let (s, b, back, mut cd, t) = cut_off_and_back();
-    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
-    assert!(b.hedge(t, 0), "a straggler's copy on c");
-    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
-    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true), "the held run takes the copy's place");
-    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)], "c's copy is stopped; it has not answered yet");
-    let mut d = s.connect_agent(peer(5), &[tc("gcc")], 1);
-    drop(back);
-    drop(b);
-    assert_eq!(dispatches(&mut d), vec![format!("assign {}", t.0)], "placed again, on the least loaded agent");
-    assert!(d.hedge(t, 0), "copied to c, whose older run still holds a token");
-    // d is lost before c is sent the copy: the task is handed to the copy.
-    drop(d);
+    let (s, mut cd, mut c, t) = handed_to_c_before_it_is_sent();
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the copy, now the task's only run, is sent");
     c.complete(t, true).unwrap();
     let got = answers(&mut cd);
@@ -1427,18 +1439,7 @@ fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_r
 
 #[test]
 fn an_agent_lost_before_it_is_sent_a_copy_handed_to_it_does_not_forget_the_task() {
-    let (s, b, back, mut cd, t) = cut_off_and_back();
-    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
-    assert!(b.hedge(t, 0));
-    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
-    assert_eq!(cd.copy_held(1, back.id(), 9), Some(true));
-    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
-    let mut d = s.connect_agent(peer(5), &[tc("gcc")], 1);
-    drop(back);
-    drop(b);
-    assert_eq!(dispatches(&mut d), vec![format!("assign {}", t.0)]);
-    assert!(d.hedge(t, 0), "copied to c");
-    drop(d);
+    let (s, mut cd, c, _) = handed_to_c_before_it_is_sent();
     // c is lost too, before it was sent the copy it was handed: the task is
     // not forgotten — its third placement lost, it goes back to be compiled
     // locally.
