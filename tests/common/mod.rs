@@ -192,6 +192,11 @@ impl Cluster {
 
     /// The scheduler's status as JSON.
     pub fn status(&self) -> serde_json::Value {
+        self.try_status().unwrap_or_else(|e| panic!("status: {e}"))
+    }
+
+    /// The scheduler's status as JSON, or what `ccroute status` said.
+    pub fn try_status(&self) -> Result<serde_json::Value, String> {
         let out = Command::new(ccroute())
             .args(["status", "--json", "--scheduler"])
             .arg(self.addr.unwrap().to_string())
@@ -199,16 +204,26 @@ impl Cluster {
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .output()
             .unwrap();
-        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(serde_json::from_slice(&out.stdout).unwrap())
     }
 
     /// Waits until `n` agents have joined and a consumerd (if running) has a
-    /// non-zero remote limit.
+    /// non-zero remote limit. A status call that fails meanwhile (a
+    /// scheduler busy admitting hundreds of agents can be late to answer an
+    /// admin handshake) is tried again until the deadline.
     pub fn wait_ready(&self, agents: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let s = self.status();
+            let s = match self.try_status() {
+                Ok(s) => s,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "cluster not ready: status: {e}\n{}", self.logs());
+                    continue;
+                }
+            };
             let joined = s["agents"].as_array().map_or(0, Vec::len);
             let cd_ok = self.consumerd.is_none()
                 || s["consumerds"].as_array().is_some_and(|c| c.iter().any(|c| c["remote_limit"].as_u64() > Some(0)));
