@@ -34,6 +34,8 @@
 //! for ASSIGNED names the agent and the attempt, so a result or a loss that
 //! belongs to an earlier placement can never end a later one (kubecc B14).
 
+use std::time::Duration;
+
 use ccroute_wire::{CpuSample, RetryReason, Toolchain, ToolchainKey};
 
 use crate::counters::{AgentCounters, ConsumerdCounters};
@@ -213,11 +215,23 @@ pub struct Config {
     /// agent if that is expected to end sooner; a slow agent takes the
     /// cheapest waiting tasks. Lanes then rank tasks by cost class.
     pub speed_aware: bool,
+    /// How long a leaving agent's session waits for the tokens placements
+    /// took from its pool to come back (each placement gives its task over
+    /// within microseconds). Past it, the session is dropped without them
+    /// and says so in an error: a token that never comes back is a leak,
+    /// and waiting for it would hold a scheduler thread for good.
+    pub token_wait: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_attempts: 3, max_queued_per_route: 4096, longest_first: false, speed_aware: false }
+        Config {
+            max_attempts: 3,
+            max_queued_per_route: 4096,
+            longest_first: false,
+            speed_aware: false,
+            token_wait: Duration::from_secs(10),
+        }
     }
 }
 

@@ -429,6 +429,8 @@ impl<J: Job> Drop for AgentSession<J> {
         // Collect every assignment: those sent, and those still in the
         // outbox. A placement that took a token before the pool closed may
         // not have pushed yet; `in_use` reaching 0 says every one has.
+        #[cfg(not(ccroute_loom))]
+        let (began, mut waits) = (std::time::Instant::now(), 0u32);
         loop {
             while let Some(event) = entry.outbox.pop() {
                 match event {
@@ -467,6 +469,21 @@ impl<J: Job> Drop for AgentSession<J> {
             }
             if entry.tokens.in_use() == 0 {
                 break;
+            }
+            #[cfg(not(ccroute_loom))]
+            {
+                waits = waits.wrapping_add(1);
+                if waits % 1024 == 0 && began.elapsed() >= self.core.config.token_wait {
+                    tracing::error!(
+                        agent = ?entry.id,
+                        tokens = entry.tokens.in_use(),
+                        waited = ?self.core.config.token_wait,
+                        "a leaving agent's tokens did not all come back: a token leaked (a bug in ccroute; please \
+                         report it with this log). The session ends without them; a task being placed on this \
+                         agent at this moment, if any, is answered only by its consumerd's deadline"
+                    );
+                    break;
+                }
             }
             yield_now();
         }

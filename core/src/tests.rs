@@ -1406,6 +1406,27 @@ fn handed_to_c_before_it_is_sent() -> (S, ConsumerdSession<TestJob>, AgentSessio
     (s, cd, c, t)
 }
 
+/// A token taken from a leaving agent's pool and never given back (a leak,
+/// like the one the test above pins) ends the agent's session after
+/// `Config::token_wait` instead of holding its thread for good.
+#[test]
+fn a_leaving_agent_whose_token_leaked_is_let_go_after_its_wait() {
+    let s: S = Scheduler::new(Config { token_wait: std::time::Duration::from_millis(50), ..Config::default() });
+    let a = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let entry = s.core.agents.get(&a.id()).expect("the agent is connected");
+    assert!(entry.tokens.try_acquire(), "a token taken and never given back");
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(a);
+        let _ = done.send(());
+    });
+    // A bound for a hang, not a timing: the wait is 50 ms.
+    ended
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the session's drop still waits for the leaked token after 60 s");
+    assert!(s.agents().is_empty(), "the agent is gone from the scheduler");
+}
+
 #[test]
 fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_token_there() {
     let (s, b, back, mut cd, mut c, t) = a_cancelled_copy_on_c();
