@@ -68,8 +68,13 @@ fuzz_target!(|data: &[u8]| {
     // The first byte's low bit turns longest-first on, the next speed-aware placement.
     let longest_first = data.first().is_some_and(|b| b & 1 == 1);
     let speed_aware = data.first().is_some_and(|b| b & 2 == 2);
-    let s: Scheduler<J> =
-        Scheduler::new(Config { max_attempts: 3, max_queued_per_route: 8, longest_first, speed_aware });
+    let s: Scheduler<J> = Scheduler::new(Config {
+        max_attempts: 3,
+        max_queued_per_route: 8,
+        longest_first,
+        speed_aware,
+        ..Config::default()
+    });
     let both = [tc(0), tc(1)];
     let keys = [both[0].key(), both[1].key()];
     let mut cds: Vec<Cd> =
