@@ -119,6 +119,7 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
         st["agents"][0]["token_limit"].as_f64().unwrap()
     );
     assert_eq!(get(&format!("ccroute_agent_tokens_in_use{{agent=\"{host}\"}}")), 0.0);
+    assert_eq!(get("ccroute_agent_tokens_leaked_total{}"), 0.0, "no leaked token, and the counter is there");
     // Every remote compile was waited for and timed.
     let completed = get("ccroute_tasks_total{outcome=\"completed\"}") + get("ccroute_tasks_total{outcome=\"failed\"}");
     // Waits are per route: their counts add up to every dispatch.

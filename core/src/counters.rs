@@ -79,6 +79,8 @@ pub(crate) struct Retired {
     intercepted: AtomicU64,
     cancelled: AtomicU64,
     requeued: AtomicU64,
+    /// Tokens leaving agents' sessions ended without (`Config::token_wait`).
+    leaked_tokens: AtomicU64,
 }
 
 impl Retired {
@@ -93,6 +95,14 @@ impl Retired {
 
     pub(crate) fn add_agent(&self, c: &AgentCounters) {
         self.requeued.fetch_add(c.lost.get(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_leaked_tokens(&self, n: u32) {
+        self.leaked_tokens.fetch_add(u64::from(n), Ordering::Relaxed);
+    }
+
+    pub(crate) fn leaked_tokens(&self) -> u64 {
+        self.leaked_tokens.load(Ordering::Relaxed)
     }
 
     pub(crate) fn totals(&self) -> Totals {

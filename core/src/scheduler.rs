@@ -144,6 +144,13 @@ impl<J: Job> Scheduler<J> {
         out
     }
 
+    /// Tokens that leaving agents' sessions ended without, after waiting
+    /// [`crate::Config::token_wait`] for them: a leak, a bug in ccroute;
+    /// 0 on a healthy scheduler.
+    pub fn leaked_tokens(&self) -> u64 {
+        self.core.retired.leaked_tokens()
+    }
+
     /// Scheduler-wide counters: connected peers plus those that left.
     pub fn totals(&self) -> Totals {
         let mut t = self.core.retired.totals();

@@ -482,6 +482,7 @@ impl<J: Job> Drop for AgentSession<J> {
                          report it with this log). The session ends without them; a task being placed on this \
                          agent at this moment, if any, is answered only by its consumerd's deadline"
                     );
+                    self.core.retired.add_leaked_tokens(entry.tokens.in_use());
                     break;
                 }
             }

@@ -1425,6 +1425,7 @@ fn a_leaving_agent_whose_token_leaked_is_let_go_after_its_wait() {
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("the session's drop still waits for the leaked token after 60 s");
     assert!(s.agents().is_empty(), "the agent is gone from the scheduler");
+    assert_eq!(s.leaked_tokens(), 1, "the leak is counted");
 }
 
 #[test]

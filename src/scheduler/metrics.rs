@@ -117,6 +117,12 @@ fn families(state: &ServerState) -> Vec<Family> {
         Family::new("ccroute_tasks_requeued", "Placements again after an agent was lost", counter)
             .row(vec![], t.requeued as f64),
         Family::new(
+            "ccroute_agent_tokens_leaked",
+            "Tokens a leaving agent's session ended without, after waiting for them: a bug in ccroute (alert on any)",
+            counter,
+        )
+        .row(vec![], state.scheduler.leaked_tokens() as f64),
+        Family::new(
             "ccroute_tasks_adopted",
             "Tasks given to the agent still holding them: after a restart, or as their copy when it came back from a cut",
             counter,
