@@ -179,7 +179,8 @@ impl<J: Job> AgentSession<J> {
     /// first answer of the two is the task's; the other agent is told to
     /// cancel (and still answers, which frees its token). A copy that could
     /// not run ([`AnswerKind::Internal`]) does not answer: the task's own run
-    /// goes on, and it may be copied again. A task has at most one copy.
+    /// goes on, and the core would let it be copied again (the scheduler's
+    /// agent session copies a run once). A task has at most one copy.
     /// Returns whether a copy was started.
     pub fn hedge(&self, task: TaskId, min_speed: u32) -> bool {
         let Some((task, attempt)) = self.outstanding.get(&task) else {

@@ -208,6 +208,10 @@ impl Work {
     /// is answered as an internal error, so that the task's token comes
     /// back and its consumerd compiles it.
     pub fn adopt(&mut self, handle: u64, task_id: u64) -> Option<Outgoing> {
+        // An older run under the same id is one the scheduler replaced
+        // (its token already back there): it answers nothing, whatever
+        // this adoption finds.
+        self.replace(task_id);
         if let Some(held) = self.unhold(handle) {
             let mut header = held.header;
             header.task_id = task_id;
@@ -216,7 +220,6 @@ impl Work {
         }
         match self.running.remove(&handle) {
             Some(r) if !r.dropped => {
-                self.replace(task_id);
                 self.running.insert(task_id, r);
                 if let Some(id) = self.ids.values_mut().find(|id| **id == handle) {
                     *id = task_id;
@@ -444,6 +447,27 @@ mod tests {
         assert_eq!(answers.len(), 1, "{answers:?}");
         assert_eq!((answers[0].0.task_id, &answers[0].0.outcome), (5, &Outcome::Success));
         assert_eq!(work.running(), 0);
+    }
+
+    /// An adoption under an id whose older, replaced run still compiles
+    /// here stops that run, whatever the adoption finds (here: the handle
+    /// is gone, answered as an internal error at once): one answer.
+    #[tokio::test]
+    async fn an_adoption_under_an_id_still_running_stops_the_older_run() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let (old, source) = sleeper(5, 60_000);
+        work.start(old, source, None);
+        let answered = work.adopt(ResumedTask::HANDLE_BIT | 1, 5).expect("a handle gone is answered at once");
+        assert_eq!(answered.0.task_id, 5);
+        assert_eq!(work.running(), 0, "the older run still runs");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut answers = vec![];
+        while !work.compiles.is_empty() {
+            let finished = tokio::time::timeout_at(deadline, work.next_finished()).await.expect("the compile ends");
+            answers.extend(finished);
+        }
+        assert!(answers.is_empty(), "the older run answered too: {answers:?}");
     }
 
     /// A result sent while the scheduler was already silent is kept when
