@@ -398,6 +398,17 @@ mod tests {
     }
 
     /// A task of the test toolchain that sleeps `ms`, under `id`.
+    /// What every compile still here answers, once each has ended (within 30 s).
+    async fn every_answer(work: &mut Work) -> Vec<Outgoing> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut answers = vec![];
+        while !work.compiles.is_empty() {
+            let finished = tokio::time::timeout_at(deadline, work.next_finished()).await.expect("every compile ends");
+            answers.extend(finished);
+        }
+        answers
+    }
+
     fn sleeper(id: u64, ms: u64) -> (TaskHeader, Bytes) {
         let spec = ccroute_wire::TaskSpec {
             args: vec![format!("-sleep={ms}")],
@@ -438,12 +449,7 @@ mod tests {
         let (new, source) = sleeper(5, 10);
         work.start(new, source, None);
         assert_eq!(work.running(), 1);
-        let mut answers = vec![];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !work.compiles.is_empty() {
-            let finished = tokio::time::timeout_at(deadline, work.next_finished()).await.expect("both compiles end");
-            answers.extend(finished);
-        }
+        let answers = every_answer(&mut work).await;
         assert_eq!(answers.len(), 1, "{answers:?}");
         assert_eq!((answers[0].0.task_id, &answers[0].0.outcome), (5, &Outcome::Success));
         assert_eq!(work.running(), 0);
@@ -461,12 +467,7 @@ mod tests {
         let answered = work.adopt(ResumedTask::HANDLE_BIT | 1, 5).expect("a handle gone is answered at once");
         assert_eq!(answered.0.task_id, 5);
         assert_eq!(work.running(), 0, "the older run still runs");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut answers = vec![];
-        while !work.compiles.is_empty() {
-            let finished = tokio::time::timeout_at(deadline, work.next_finished()).await.expect("the compile ends");
-            answers.extend(finished);
-        }
+        let answers = every_answer(&mut work).await;
         assert!(answers.is_empty(), "the older run answered too: {answers:?}");
     }
 
