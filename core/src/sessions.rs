@@ -475,15 +475,16 @@ impl<J: Job> Drop for AgentSession<J> {
             {
                 waits = waits.wrapping_add(1);
                 if waits % 1024 == 0 && began.elapsed() >= self.core.config.token_wait {
+                    let leaked = entry.tokens.in_use();
                     tracing::error!(
                         agent = ?entry.id,
-                        tokens = entry.tokens.in_use(),
+                        tokens = leaked,
                         waited = ?self.core.config.token_wait,
                         "a leaving agent's tokens did not all come back: a token leaked (a bug in ccroute; please \
                          report it with this log). The session ends without them; a task being placed on this \
                          agent at this moment, if any, is answered only by its consumerd's deadline"
                     );
-                    self.core.retired.add_leaked_tokens(entry.tokens.in_use());
+                    self.core.retired.add_leaked_tokens(leaked);
                     break;
                 }
             }

@@ -397,7 +397,6 @@ mod tests {
         }
     }
 
-    /// A task of the test toolchain that sleeps `ms`, under `id`.
     /// What every compile still here answers, once each has ended (within 30 s).
     async fn every_answer(work: &mut Work) -> Vec<Outgoing> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -409,6 +408,7 @@ mod tests {
         answers
     }
 
+    /// A task of the test toolchain that sleeps `ms`, under `id`.
     fn sleeper(id: u64, ms: u64) -> (TaskHeader, Bytes) {
         let spec = ccroute_wire::TaskSpec {
             args: vec![format!("-sleep={ms}")],
