@@ -155,24 +155,25 @@ impl<J: Job> Core<J> {
             return false;
         };
         if prev.phase == Phase::Assigned {
-            self.cancel_on(prev.agent, task.id);
+            self.cancel_on(prev.agent, task.id, prev.attempt);
             self.drop_copy(task);
         }
         self.end(task, Ending::Cancelled);
         true
     }
 
-    /// Tells `agent` to stop running `task` (it still answers, which frees its token).
-    pub(crate) fn cancel_on(&self, agent: u32, task: crate::records::TaskId) {
+    /// Tells `agent` to stop its run of `task` at `attempt` (it still
+    /// answers, which frees its token).
+    pub(crate) fn cancel_on(&self, agent: u32, task: crate::records::TaskId, attempt: u8) {
         if let Some(agent) = self.agents.get(&AgentId(agent)) {
-            agent.outbox.push(AgentEvent::Cancel(task));
+            agent.outbox.push(AgentEvent::Cancel(task, attempt));
         }
     }
 
     /// The task's copy, if any, is not wanted any more: its agent is told.
     pub(crate) fn drop_copy(&self, task: &Task<J>) {
-        if let Some(agent) = task.take_hedge() {
-            self.cancel_on(agent, task.id);
+        if let Some((agent, attempt)) = task.take_hedge() {
+            self.cancel_on(agent, task.id, attempt);
         }
     }
 

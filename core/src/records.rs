@@ -365,10 +365,10 @@ impl<J: Job> Task<J> {
         self.hedge.compare_exchange(hedge_word(agent, attempt), 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }
 
-    /// Forgets whatever copy there is; returns its agent.
-    pub(crate) fn take_hedge(&self) -> Option<u32> {
+    /// Forgets whatever copy there is; returns its agent and attempt.
+    pub(crate) fn take_hedge(&self) -> Option<(u32, u8)> {
         let w = self.hedge.swap(0, Ordering::SeqCst);
-        (w != 0).then_some(w as u32)
+        (w != 0).then_some((w as u32, (w >> 32) as u8))
     }
 
     /// Whether the task has ended (answered, sent back or cancelled).
@@ -503,7 +503,9 @@ pub(crate) enum Ending<A> {
 /// What an agent's outbox carries.
 pub(crate) enum AgentEvent<J: Job> {
     Assign(Arc<Task<J>>),
-    Cancel(TaskId),
+    /// Stop the run of this task at this attempt, if the agent still runs
+    /// that run (a run of another attempt is not the one meant).
+    Cancel(TaskId, u8),
     /// The task the agent holds under `handle` (from an earlier scheduler)
     /// is this one; it was assigned to the agent with a reserved token.
     Adopt(Arc<Task<J>>, u64),

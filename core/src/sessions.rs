@@ -36,10 +36,30 @@ use crate::tokens::{clamp_limit, TokenPool};
 pub struct AgentSession<J: Job> {
     core: Arc<Core<J>>,
     entry: Arc<AgentEntry<J>>,
-    /// Tasks sent to the agent and not answered, with the attempt they were sent at.
-    outstanding: FxHashMap<TaskId, (Arc<Task<J>>, u8)>,
+    /// Runs sent to the agent and not answered, by task: one at most per
+    /// task, so that an answer or a cancel under a task's id names one run.
+    outstanding: FxHashMap<TaskId, Run<J>>,
+    /// New runs of tasks whose older run here has not answered yet, held
+    /// until it does ([`AgentSession::park`]), in the order they came.
+    parked: FxHashMap<TaskId, Vec<AgentEvent<J>>>,
+    /// Parked runs whose older run answered: looked at before the outbox.
+    unparked: std::collections::VecDeque<AgentEvent<J>>,
     /// A copy of the agent's routes: only this session changes them.
     routes: Vec<Arc<Route<J>>>,
+}
+
+/// A run sent to an agent: the task, the attempt it was sent at, and
+/// whether the agent was told to stop it.
+struct Run<J: Job> {
+    task: Arc<Task<J>>,
+    attempt: u8,
+    cancelled: bool,
+}
+
+impl<J: Job> Run<J> {
+    fn new(task: Arc<Task<J>>, attempt: u8) -> Self {
+        Run { task, attempt, cancelled: false }
+    }
 }
 
 impl<J: Job> AgentSession<J> {
@@ -77,8 +97,14 @@ impl<J: Job> AgentSession<J> {
             typical_cost: AtomicU64::new(UNKNOWN_COST_MICROS),
         });
         core.agents.insert(id, entry.clone());
-        let mut session =
-            AgentSession { core: core.clone(), entry, outstanding: FxHashMap::default(), routes: Vec::new() };
+        let mut session = AgentSession {
+            core: core.clone(),
+            entry,
+            outstanding: FxHashMap::default(),
+            parked: FxHashMap::default(),
+            unparked: std::collections::VecDeque::new(),
+            routes: Vec::new(),
+        };
         session.set_toolchains(toolchains);
         tracing::info!(agent = ?id, node = %format_args!("{:032x}", peer.node_id), limit = max_limit, "agent connected");
         session
@@ -91,7 +117,7 @@ impl<J: Job> AgentSession<J> {
 
     /// The next thing to send the agent, if any.
     pub fn poll(&mut self) -> Option<Dispatch<J>> {
-        while let Some(event) = self.entry.outbox.pop() {
+        while let Some(event) = self.unparked.pop_front().or_else(|| self.entry.outbox.pop()) {
             match event {
                 AgentEvent::Assign(task) => {
                     let s = task.state();
@@ -101,11 +127,18 @@ impl<J: Job> AgentSession<J> {
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         continue;
                     }
+                    if self.outstanding.contains_key(&task.id) {
+                        match self.park(task.id, AgentEvent::Assign(task)) {
+                            Some(cancel) => return Some(cancel),
+                            None => continue,
+                        }
+                    }
                     self.record_sent(&task, s.attempt);
                     return Some(Dispatch::Assign(task));
                 }
-                AgentEvent::Cancel(id) => {
-                    if self.outstanding.contains_key(&id) {
+                AgentEvent::Cancel(id, attempt) => {
+                    if let Some(run) = self.outstanding.get_mut(&id).filter(|r| r.attempt == attempt && !r.cancelled) {
+                        run.cancelled = true;
                         return Some(Dispatch::Cancel(id));
                     }
                 }
@@ -117,14 +150,21 @@ impl<J: Job> AgentSession<J> {
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         return Some(Dispatch::Abandon(handle));
                     }
+                    if self.outstanding.contains_key(&task.id) {
+                        match self.park(task.id, AgentEvent::Adopt(task, handle)) {
+                            Some(cancel) => return Some(cancel),
+                            None => continue,
+                        }
+                    }
                     self.record_sent(&task, s.attempt);
                     return Some(Dispatch::Adopt { task, handle });
                 }
                 AgentEvent::Hedge(task, attempt, held) => {
-                    // This attempt already runs here (a straggler's copy and
-                    // a held run of one task): one of the two is enough. An
-                    // older run of the task is replaced (`record_sent`).
-                    let runs_it = self.outstanding.get(&task.id).is_some_and(|&(_, a)| a == attempt);
+                    // This attempt already runs here, not told to stop (a
+                    // straggler's copy and a held run of one task): one of
+                    // the two is enough. An older run of the task waits
+                    // (`park`).
+                    let runs_it = self.outstanding.get(&task.id).is_some_and(|r| r.attempt == attempt && !r.cancelled);
                     if !self.is_copy(&task, attempt) || runs_it {
                         // Answered, cancelled or placed again before it could
                         // be sent, or run here already.
@@ -132,6 +172,12 @@ impl<J: Job> AgentSession<J> {
                         self.core.router.serve_routes_of(&self.entry, &*self.core);
                         match held {
                             Some(handle) => return Some(Dispatch::Abandon(handle)),
+                            None => continue,
+                        }
+                    }
+                    if self.outstanding.contains_key(&task.id) {
+                        match self.park(task.id, AgentEvent::Hedge(task, attempt, held)) {
+                            Some(cancel) => return Some(cancel),
                             None => continue,
                         }
                     }
@@ -146,17 +192,28 @@ impl<J: Job> AgentSession<J> {
         None
     }
 
-    /// Records `task` at `attempt` as sent to the agent. A run of the same
-    /// task it has not answered yet — a copy it was told to cancel, the task
-    /// since placed here again — is replaced: an agent sent an id it runs
-    /// lets the older run go unanswered, so that run's token comes back now.
+    /// Holds `event` — a new run of task `id`, which this agent still runs
+    /// an older run of (a copy it was told to cancel, an attempt that
+    /// ended) — until that run answers ([`AgentSession::complete`] hands it
+    /// back to [`AgentSession::poll`], which looks at it afresh). An agent
+    /// names a run by its task's id alone: sent at once, the new run could
+    /// be taken for the answer the older one gives to its cancel (which can
+    /// overtake a large task on the wire), and a cancel meant for the older
+    /// one could stop it. The event keeps its token meanwhile. Returns the
+    /// cancel to send for the older run when nobody has sent one: it cannot
+    /// answer the task any more.
+    fn park(&mut self, id: TaskId, event: AgentEvent<J>) -> Option<Dispatch<J>> {
+        self.parked.entry(id).or_default().push(event);
+        let run = self.outstanding.get_mut(&id)?;
+        (!std::mem::replace(&mut run.cancelled, true)).then_some(Dispatch::Cancel(id))
+    }
+
+    /// Records `task` at `attempt` as sent to the agent: no older run of
+    /// it is outstanding here ([`AgentSession::park`]).
     fn record_sent(&mut self, task: &Arc<Task<J>>, attempt: u8) {
         self.entry.counters.assigned.bump();
-        if self.outstanding.insert(task.id, (task.clone(), attempt)).is_some() {
-            self.entry.counters.stale.bump();
-            self.entry.tokens.release();
-            self.core.router.serve_routes_of(&self.entry, &*self.core);
-        }
+        let older = self.outstanding.insert(task.id, Run::new(task.clone(), attempt));
+        debug_assert!(older.is_none(), "a run sent while an older run of its task is outstanding");
     }
 
     /// Whether a copy of `task` at `attempt` is this agent's to run: that
@@ -183,7 +240,7 @@ impl<J: Job> AgentSession<J> {
     /// agent session copies a run once). A task has at most one copy.
     /// Returns whether a copy was started.
     pub fn hedge(&self, task: TaskId, min_speed: u32) -> bool {
-        let Some((task, attempt)) = self.outstanding.get(&task) else {
+        let Some(Run { task, attempt, cancelled: false }) = self.outstanding.get(&task) else {
             return false;
         };
         let (me, attempt) = (self.entry.id.0, *attempt);
@@ -205,7 +262,7 @@ impl<J: Job> AgentSession<J> {
         if task.state() != State::assigned(me, attempt) && task.clear_hedge(copy.id.0, attempt) {
             // It ended (or was placed again) meanwhile, and whoever did it
             // may have missed the copy.
-            copy.outbox.push(AgentEvent::Cancel(task.id));
+            copy.outbox.push(AgentEvent::Cancel(task.id, attempt));
             return false;
         }
         self.entry.counters.hedged.bump();
@@ -262,38 +319,24 @@ impl<J: Job> AgentSession<J> {
     /// [`CompleteError::UnknownTask`] when the agent does not hold that task:
     /// a protocol error; nothing changes.
     pub fn complete(&mut self, task: TaskId, answer: J::Answer) -> Result<(), CompleteError> {
-        let Some((task, attempt)) = self.outstanding.remove(&task) else {
+        let Some(Run { task, attempt, cancelled }) = self.outstanding.remove(&task) else {
             return Err(CompleteError::UnknownTask(task));
         };
+        // Runs of it held until this one answered go out now.
+        if let Some(parked) = self.parked.remove(&task.id) {
+            self.unparked.extend(parked);
+        }
         let kind = J::classify(&answer);
         // The agent finished running it: its token is free — before the
         // answer goes out, so that the consumerd's next task finds it.
         self.entry.tokens.release();
         let me = self.entry.id.0;
-        // The task's own agent, or the one running its copy: the first of
-        // the two to end the attempt answers it. `Some(other)`: won, and
-        // `other` (the task's agent, when a copy won) is told to cancel.
-        let won = loop {
-            // The copy first, then the state, as in `is_copy`.
-            let hedge = task.hedged();
-            let s = task.state();
-            if !copy_of(s, hedge, me, attempt) {
-                break None;
-            }
-            // A copy that could not run leaves the task to its own run, as
-            // if its agent had gone — unless the task was handed to it
-            // meanwhile, when it answers like any run.
-            if kind == AnswerKind::Internal
-                && s.agent != me
-                && task.clear_hedge(me, attempt)
-                && task.state() != State::assigned(me, attempt)
-            {
-                break None;
-            }
-            if task.transition(s, State::ended()) {
-                break Some((s.agent != me).then_some(s.agent));
-            }
-        };
+        // A run told to stop that says it could not finish answers nothing
+        // (its task ended or moved on, or its copy went elsewhere — or here
+        // again, held until now by `park`, which this answer must not fail).
+        // Otherwise the first of the task's runs to end the attempt does.
+        let won =
+            if cancelled && kind == AnswerKind::Internal { None } else { self.first_to_end(&task, attempt, kind) };
         if let Some(primary) = won {
             match kind {
                 AnswerKind::Success => self.entry.counters.completed.bump(),
@@ -304,10 +347,10 @@ impl<J: Job> AgentSession<J> {
                     self.entry.counters.copies_won.bump();
                     // A copy that took this one's place meanwhile (a held
                     // run replacing a straggler's) is not wanted either.
-                    if let Some(other) = task.take_hedge().filter(|&c| c != me) {
-                        self.core.cancel_on(other, task.id);
+                    if let Some((other, at)) = task.take_hedge().filter(|&(c, _)| c != me) {
+                        self.core.cancel_on(other, task.id, at);
                     }
-                    self.core.cancel_on(primary, task.id);
+                    self.core.cancel_on(primary, task.id, attempt);
                 }
                 None => self.core.drop_copy(&task),
             }
@@ -317,6 +360,35 @@ impl<J: Job> AgentSession<J> {
         }
         self.core.router.serve_routes(&self.routes, &*self.core);
         Ok(())
+    }
+
+    /// Ends `task` with this agent's answer at `attempt` if its run is the
+    /// first of the task's two (its own and its copy) to end that attempt:
+    /// `Some(other)` when it won, `other` being the task's agent when the
+    /// copy won (to be told to cancel); `None` when the answer is stale.
+    fn first_to_end(&self, task: &Task<J>, attempt: u8, kind: AnswerKind) -> Option<Option<u32>> {
+        let me = self.entry.id.0;
+        loop {
+            // The copy first, then the state, as in `is_copy`.
+            let hedge = task.hedged();
+            let s = task.state();
+            if !copy_of(s, hedge, me, attempt) {
+                return None;
+            }
+            // A copy that could not run leaves the task to its own run, as
+            // if its agent had gone — unless the task was handed to it
+            // meanwhile, when it answers like any run.
+            if kind == AnswerKind::Internal
+                && s.agent != me
+                && task.clear_hedge(me, attempt)
+                && task.state() != State::assigned(me, attempt)
+            {
+                return None;
+            }
+            if task.transition(s, State::ended()) {
+                return Some((s.agent != me).then_some(s.agent));
+            }
+        }
     }
 
     /// Replaces the agent's toolchains, attaching it to new routes and
@@ -432,14 +504,19 @@ impl<J: Job> Drop for AgentSession<J> {
         // not have pushed yet; `in_use` reaching 0 says every one has.
         #[cfg(not(ccroute_loom))]
         let (began, mut waits) = (std::time::Instant::now(), 0u32);
+        // Runs held behind an older run of their task count as sent: the
+        // agent is gone, and with it both.
+        let mut held: Vec<AgentEvent<J>> = self.unparked.drain(..).collect();
+        held.extend(self.parked.drain().flat_map(|(_, events)| events));
         loop {
-            while let Some(event) = entry.outbox.pop() {
+            while let Some(event) = held.pop().or_else(|| entry.outbox.pop()) {
                 match event {
                     AgentEvent::Assign(task) | AgentEvent::Adopt(task, _) => {
                         let s = task.state();
                         if s.phase == Phase::Assigned && s.agent == entry.id.0 {
-                            // An older run of it replaced, as in `record_sent`.
-                            if self.outstanding.insert(task.id, (task, s.attempt)).is_some() {
+                            // Placed again below once, whatever older run
+                            // of it the agent had.
+                            if self.outstanding.insert(task.id, Run::new(task, s.attempt)).is_some() {
                                 entry.tokens.release();
                             }
                         } else {
@@ -449,19 +526,18 @@ impl<J: Job> Drop for AgentSession<J> {
                     AgentEvent::Hedge(task, attempt, _) => {
                         // A copy not sent: forgotten below like one sent
                         // (the agent is gone: what it holds goes with it).
-                        // (An older run of it replaced, as in `record_sent`.)
-                        let runs_it = self.outstanding.get(&task.id).is_some_and(|&(_, a)| a == attempt);
+                        let runs_it = self.outstanding.get(&task.id).is_some_and(|r| r.attempt == attempt);
                         if !self.is_copy(&task, attempt)
                             || runs_it
-                            || self.outstanding.insert(task.id, (task, attempt)).is_some()
+                            || self.outstanding.insert(task.id, Run::new(task, attempt)).is_some()
                         {
                             entry.tokens.release();
                         }
                     }
-                    AgentEvent::Cancel(_) => {}
+                    AgentEvent::Cancel(..) => {}
                 }
             }
-            for (_, (task, attempt)) in self.outstanding.drain() {
+            for (_, Run { task, attempt, .. }) in self.outstanding.drain() {
                 entry.tokens.release();
                 if task.state() == State::assigned(entry.id.0, attempt) {
                     entry.counters.lost.bump();
@@ -643,7 +719,7 @@ impl<J: Job> ConsumerdSession<J> {
             Some((other, _)) if other == agent.0 => false,
             Some((other, attempt)) => {
                 if task.clear_hedge(other, attempt) {
-                    self.core.cancel_on(other, task.id);
+                    self.core.cancel_on(other, task.id, attempt);
                 }
                 task.set_hedge(agent.0, s.attempt)
             }
@@ -657,7 +733,7 @@ impl<J: Job> ConsumerdSession<J> {
         if task.state() != s && task.clear_hedge(agent.0, s.attempt) {
             // It ended (or was placed again) meanwhile, and whoever did it
             // may have missed the copy.
-            entry.outbox.push(AgentEvent::Cancel(task.id));
+            entry.outbox.push(AgentEvent::Cancel(task.id, s.attempt));
             return Some(false);
         }
         Some(true)

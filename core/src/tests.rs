@@ -1383,7 +1383,14 @@ fn a_copy_handed_the_task_answers_it_even_with_an_internal_error() {
 /// (not yet polled) and has not answered.
 fn a_cancelled_copy_on_c(
 ) -> (S, AgentSession<TestJob>, AgentSession<TestJob>, ConsumerdSession<TestJob>, AgentSession<TestJob>, TaskId) {
-    let (s, b, back, cd, t) = cut_off_and_back();
+    a_cancelled_copy_on_c_of()
+}
+
+/// [`a_cancelled_copy_on_c`] for any job.
+#[allow(clippy::type_complexity)]
+fn a_cancelled_copy_on_c_of<J: Job<Task = u64> + std::fmt::Debug>(
+) -> (Scheduler<J>, AgentSession<J>, AgentSession<J>, ConsumerdSession<J>, AgentSession<J>, TaskId) {
+    let (s, b, back, cd, t) = cut_off_and_back_of::<J>();
     let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
     assert!(b.hedge(t, 0), "a straggler's copy on c");
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)]);
@@ -1428,34 +1435,90 @@ fn a_leaving_agent_whose_token_leaked_is_let_go_after_its_wait() {
     assert_eq!(s.leaked_tokens(), 1, "the leak is counted");
 }
 
+/// The task placed again on `c` while `c` still runs the copy it was told
+/// to cancel: an agent names a run by its task's id alone, so the new run
+/// goes to `c` only once the cancelled copy has answered — sent at once,
+/// the copy's answer to its cancel (which can overtake a large task on the
+/// wire) would be taken for the new run's, and the task sent back.
 #[test]
-fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_holds_one_token_there() {
+fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_is_sent_once_that_copy_answered() {
     let (s, b, back, mut cd, mut c, t) = a_cancelled_copy_on_c();
     // Both runs left are lost before c answers its cancelled copy: the
     // task is placed again, on c.
     drop(back);
     drop(b);
-    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0), format!("assign {}", t.0)]);
-    if tokens_in_use(&s) != vec![1] {
-        // A token held for a run that never answers: c's drop would wait
-        // for it forever.
-        std::mem::forget(c);
-        panic!("the replaced copy still holds a token: {:?}", tokens_in_use(&s));
-    }
+    assert_eq!(
+        dispatches(&mut c),
+        vec![format!("cancel {}", t.0)],
+        "the new run is held until the cancelled copy answers"
+    );
+    assert_eq!(tokens_in_use(&s), vec![2], "the cancelled copy's token, and the new run's");
+    c.complete(t, false).unwrap();
+    assert!(answers(&mut cd).is_empty(), "the cancelled copy's answer is not the new run's");
+    assert_eq!(tokens_in_use(&s), vec![1]);
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the new run goes once the copy answered");
     c.complete(t, true).unwrap();
     let got = answers(&mut cd);
     assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true), "the new run's answer");
     assert_eq!(tokens_in_use(&s), vec![0]);
-    assert!(c.complete(t, false).is_err(), "the replaced run answers nothing: an answer under its id is refused");
+}
+
+/// The cancel for `c`'s replaced copy pushed late — after the task, its
+/// other runs lost, was placed on `c` again at the next attempt (the two
+/// pushes race on a scheduler with more than one thread): it names the
+/// copy's attempt, and stops nothing.
+#[test]
+fn a_late_cancel_for_a_copy_of_an_earlier_attempt_does_not_stop_the_run_placed_after_it() {
+    let (s, b, back, mut cd, mut c, t) = a_cancelled_copy_on_c();
+    let copy_attempt = 1;
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
+    c.complete(t, false).unwrap();
+    drop(back);
+    drop(b);
+    s.core.cancel_on(c.id().0, t, copy_attempt);
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the late cancel is not for this run");
+    c.complete(t, true).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true));
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
+/// A copy sent to `c` while `c` still runs its cancelled copy of the same
+/// attempt (replaced by a held run, which was then lost): the new copy is
+/// held until the cancelled one answers, that answer ("could not finish")
+/// is not taken for the new copy's, and the new copy runs.
+#[test]
+fn a_copy_sent_where_a_cancelled_copy_of_the_same_attempt_still_runs_is_run_after_it() {
+    let (s, mut b, back, mut cd, mut c, t) = a_cancelled_copy_on_c_of::<FallibleJob>();
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
+    drop(back);
+    assert!(b.hedge(t, 0), "copied again, to c's second token");
+    assert!(dispatches(&mut c).is_empty(), "the copy waits for the cancelled one's answer");
+    c.complete(t, None).unwrap();
+    assert!(answers(&mut cd).is_empty());
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the new copy runs");
+    c.complete(t, Some(true)).unwrap();
+    assert_eq!(dispatches(&mut b), vec![format!("cancel {}", t.0)], "the copy won");
+    b.complete(t, None).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(Some(true)), "the new copy's answer");
+    assert_eq!(tokens_in_use(&s), vec![0, 0]);
 }
 
 #[test]
-fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_run_and_answers() {
+fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_run_once_that_run_answered() {
     let (s, mut cd, mut c, t) = handed_to_c_before_it_is_sent();
-    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the copy, now the task's only run, is sent");
+    assert!(dispatches(&mut c).is_empty(), "the copy, now the task's only run, waits for the older run's answer");
+    c.complete(t, false).unwrap();
+    assert!(answers(&mut cd).is_empty(), "the older run's answer is not the task's");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "then it is sent");
     c.complete(t, true).unwrap();
     let got = answers(&mut cd);
     assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(true));
     assert_eq!(tokens_in_use(&s), vec![0]);
 }
 

@@ -313,10 +313,11 @@ impl Work {
         self.held.len()
     }
 
-    /// `id` is about to be run again: a compile still running under it — a
-    /// copy the scheduler told this agent to cancel, the task since sent
-    /// here again — is killed and answers nothing (the scheduler counts it
-    /// replaced: an answer under the id would be taken for the new run's).
+    /// `id` is about to be run again: a compile still running under it is
+    /// killed and answers nothing (an answer under the id would be taken
+    /// for the new run's). A scheduler of this version sends an id again
+    /// only once its older run answered; this keeps one run per id if one
+    /// does not (an older scheduler, or a bug).
     fn replace(&mut self, id: u64) {
         if let Some(old) = self.running.remove(&id) {
             tracing::debug!(task = id, "a task id still running was sent again; the older compile is dropped");
@@ -436,10 +437,10 @@ mod tests {
         (header, source)
     }
 
-    /// The scheduler sends an id this agent still runs (a copy it told it
-    /// to cancel, the task since placed here again): the older compile is
-    /// killed and answers nothing; the one answer under the id is the new
-    /// run's (the scheduler gave the older run's token back when it sent it).
+    /// An id this agent still runs is sent again (a scheduler holds a new
+    /// run until the older one answered, but the agent does not count on
+    /// it): the older compile is killed and answers nothing; the one answer
+    /// under the id is the new run's.
     #[tokio::test]
     async fn an_id_sent_again_while_it_runs_is_answered_once_by_the_new_run() {
         let scratch = tempfile::tempdir().expect("a scratch dir");
