@@ -145,9 +145,11 @@ fn a_new_agent_starts_at_the_speed_it_measured_before_any_result() {
             .as_u64()
             .unwrap()
     };
-    // Nominal ÷ measured, the replay's few milliseconds of path included.
-    assert!((340..=400).contains(&speed("slow-host")), "{}", s["agents"]);
-    assert!((1700..=2000).contains(&speed("fast-host")), "{}", s["agents"]);
+    // Nominal ÷ measured, the replay's path included: never above the
+    // replay's speed, and — however loaded the machine, whose stalls only
+    // lower a reading — clearly apart from nominal on each side.
+    assert!((200..=400).contains(&speed("slow-host")), "{}", s["agents"]);
+    assert!((1100..=2000).contains(&speed("fast-host")), "{}", s["agents"]);
     assert_eq!(speed("unprobed-host"), 1000, "an agent that did not measure starts nominal: {}", s["agents"]);
     assert_eq!(s["totals"]["requests"].as_u64(), Some(0), "before any task");
 }

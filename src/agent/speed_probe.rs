@@ -123,8 +123,9 @@ mod tests {
     }
 
     /// The replayed probe holds its token for the nominal time ÷ the
-    /// agent's replay speed, so it reads that speed back (less the few
-    /// milliseconds of the task's own path).
+    /// agent's replay speed, so it reads that speed back, less the task's
+    /// own path (a few milliseconds; a loaded machine's stalls only lower
+    /// the reading, hence the wide floor).
     #[tokio::test]
     async fn the_test_toolchain_reads_the_replay_speed() {
         let parent = tempfile::tempdir().unwrap();
@@ -136,7 +137,7 @@ mod tests {
             })
             .unwrap();
             let milli = measure(&exec, &[test_toolchain()]).await.unwrap();
-            assert!((around * 85 / 100..=around).contains(&milli), "replay speed {replay_speed}: probed {milli}");
+            assert!((around * 6 / 10..=around).contains(&milli), "replay speed {replay_speed}: probed {milli}");
             // Not a compile of the farm's: left out of the agent's counts.
             assert_eq!((exec.started(), exec.ended()), (0, [0; 3]));
         }

@@ -416,11 +416,17 @@ mod tests {
     }
 
     /// Lets every spawned lookup and check run (the runtime is single-threaded).
-    async fn settle() {
-        for _ in 0..50 {
-            tokio::task::yield_now().await;
+    /// Waits until the hook's background work (lookups, checks of a
+    /// leader's bytes off the async threads) has all run: a state, not a
+    /// guess at how long a loaded machine takes. The deadline only turns a
+    /// hang into a failure.
+    async fn settle(hook: &CacheHook) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !hook.shared.work.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the hook's background work did not end within 60 s");
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+        tokio::task::yield_now().await;
     }
 
     fn assigned(agent: &mut ccroute_core::AgentSession<NetJob>) -> Vec<u64> {
@@ -449,11 +455,11 @@ mod tests {
         cd.submit(1, tc("gcc").key(), body(1, source, false)).unwrap();
         // The lookup is spawned but has not run: cancel now.
         assert!(cd.cancel(1));
-        settle().await;
+        settle(&hook).await;
         assert_eq!(hook.shared.inflight.len(), 0, "a cancelled task was recorded as compiling its key");
         let mut other = s.connect_consumerd(peer(3), &[tc("gcc")]);
         other.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
-        settle().await;
+        settle(&hook).await;
         assert_eq!(assigned(&mut agent), vec![2], "a later task with the same key must reach an agent");
     }
 
@@ -461,19 +467,19 @@ mod tests {
     /// the key on, and the waiter compiles.
     #[tokio::test(flavor = "current_thread")]
     async fn a_leader_cancelled_while_others_wait_hands_its_key_on() {
-        let (s, _hook) = cluster().await;
+        let (s, hook) = cluster().await;
         let mut agent = s.connect_agent(peer(1), &[tc("gcc")], 4);
         let mut cd = s.connect_consumerd(peer(2), &[tc("gcc")]);
         let source = b"int y;\n";
         cd.submit(1, tc("gcc").key(), body(1, source, false)).unwrap();
-        settle().await;
+        settle(&hook).await;
         assert_eq!(assigned(&mut agent), vec![1]);
         let mut other = s.connect_consumerd(peer(3), &[tc("gcc")]);
         other.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
-        settle().await;
+        settle(&hook).await;
         assert!(assigned(&mut agent).is_empty(), "an identical task waits for the one in flight");
         assert!(cd.cancel(1));
-        settle().await;
+        settle(&hook).await;
         assert_eq!(assigned(&mut agent), vec![2], "the waiter compiles once its leader is gone");
         assert!(answered(&mut other).is_empty());
     }
@@ -492,7 +498,7 @@ mod tests {
         // first, it leads, and the honest task joins its flight as a waiter.
         liar.submit(1, tc("gcc").key(), body(1, source, true)).unwrap();
         honest.submit(2, tc("gcc").key(), body(2, source, false)).unwrap();
-        settle().await;
+        settle(&hook).await;
         // The liar is still compiling (no answer came), yet the honest task
         // reached the agent: its leader was found out and it went on.
         assert_eq!(assigned(&mut agent), vec![1, 2], "the honest task must not wait for the liar's compile");

@@ -263,8 +263,10 @@ mod tests {
         let pidfile = tmp.path().join("grandchild.pid");
         let body = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
         let p = script(tmp.path(), "hangs", &body);
-        let err = Probe::new(&p, Duration::from_millis(500)).run(&["-E"]).unwrap_err();
-        assert!(matches!(err, ToolchainError::TimedOut { limit_ms: 500, .. }), "{err}");
+        // Long enough for the script to have forked and written the pid on
+        // a loaded machine.
+        let err = Probe::new(&p, Duration::from_secs(2)).run(&["-E"]).unwrap_err();
+        assert!(matches!(err, ToolchainError::TimedOut { limit_ms: 2000, .. }), "{err}");
         let pid = fs::read_to_string(&pidfile).unwrap().trim().to_owned();
         // The grandchild is gone, or a zombie waiting for its new parent.
         let stat = PathBuf::from(format!("/proc/{pid}/stat"));

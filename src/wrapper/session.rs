@@ -227,11 +227,13 @@ mod tests {
         let limit = std::time::Duration::from_millis(1000);
         let (a, mut b) = UnixStream::pair().unwrap();
         let writer = std::thread::spawn(move || {
-            for _ in 0..6 {
+            // Beats far apart enough to matter (together longer than the
+            // limit), close enough that a stalled thread does not miss one.
+            for _ in 0..12 {
                 let mut out = BytesMut::new();
                 encode_local(&ConsumerdMsg::Waiting, b"", &mut out);
                 b.write_all(&out).unwrap();
-                std::thread::sleep(limit / 4);
+                std::thread::sleep(limit / 8);
             }
             let mut out = BytesMut::new();
             encode_local(&ConsumerdMsg::Preprocess, b"", &mut out);

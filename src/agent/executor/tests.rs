@@ -142,8 +142,10 @@ fn processes_naming(path: &Path) -> Vec<String> {
 }
 
 /// Waits (without a deadline of its own: the test harness has one) until `path` exists.
+/// Waits until the script has written its child's pid whole (the file
+/// exists a moment before its contents do).
 async fn appears(path: &Path) {
-    while !path.exists() {
+    while !fs::read_to_string(path).is_ok_and(|s| s.trim().parse::<libc::pid_t>().is_ok()) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -470,10 +472,12 @@ async fn the_time_limit_kills_the_compiler() {
     let tools = tempfile::tempdir().unwrap();
     let child = tools.path().join("child");
     let hangs = script(tools.path(), "gcc", &format!("sleep 60 & echo $! > '{}'; wait", child.display()));
-    let limits = ExecLimits { time_limit: Duration::from_millis(500), ..ExecLimits::default() };
+    // Long enough for the script to have forked and written its child's
+    // pid on a loaded machine.
+    let limits = ExecLimits { time_limit: Duration::from_secs(2), ..ExecLimits::default() };
     let exec = executor(parent.path(), Some(&hangs), limits);
     let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
-    assert_eq!(internal_error(&r), "timed out after 500ms");
+    assert_eq!(internal_error(&r), "timed out after 2s");
     assert!(!process::tests::pid_alive(read_pid(&child)));
     assert_scratch_empty(&exec);
 }
