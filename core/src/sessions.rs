@@ -331,12 +331,13 @@ impl<J: Job> AgentSession<J> {
         // answer goes out, so that the consumerd's next task finds it.
         self.entry.tokens.release();
         let me = self.entry.id.0;
-        // A run told to stop that says it could not finish answers nothing
-        // (its task ended or moved on, or its copy went elsewhere — or here
+        // A copy told to stop that says it could not finish answers nothing
+        // (its task ended or moved on, or the copy went elsewhere — or here
         // again, held until now by `park`, which this answer must not fail).
-        // Otherwise the first of the task's runs to end the attempt does.
-        let won =
-            if cancelled && kind == AnswerKind::Internal { None } else { self.first_to_end(&task, attempt, kind) };
+        // Otherwise the first of the task's runs to end the attempt does: a
+        // task's own run answers whatever it says, as nothing else will.
+        let copy_stopped = cancelled && kind == AnswerKind::Internal && task.state() != State::assigned(me, attempt);
+        let won = if copy_stopped { None } else { self.first_to_end(&task, attempt, kind) };
         if let Some(primary) = won {
             match kind {
                 AnswerKind::Success => self.entry.counters.completed.bump(),

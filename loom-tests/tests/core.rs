@@ -897,3 +897,61 @@ fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run(
         drop((b, back, cd));
     });
 }
+
+/// Plays an agent as `Work` behaves: a cancel kills the run under its id,
+/// which answers at once that it could not finish (`None`); an id sent
+/// while a run under it is live replaces that run, which answers nothing;
+/// every run left live then finishes (`true`), one at a time, each answer
+/// followed by what it lets the session send. `live` carries the runs
+/// across calls.
+fn play_agent(agent: &mut ccroute_core::AgentSession<J>, live: &mut Vec<ccroute_core::TaskId>) {
+    loop {
+        while let Some(d) = agent.poll() {
+            match d {
+                Dispatch::Assign(t) | Dispatch::Adopt { task: t, .. } => {
+                    let id = t.id();
+                    drop(t);
+                    live.retain(|&l| l != id);
+                    live.push(id);
+                }
+                Dispatch::Cancel(id) => {
+                    if let Some(at) = live.iter().position(|&l| l == id) {
+                        live.remove(at);
+                        agent.complete(id, None).unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(id) = live.pop() else { return };
+        agent.complete(id, Some(true)).unwrap();
+    }
+}
+
+/// (h) A held run takes the place of a straggler's copy on `c` while the
+/// task's agent `b` is lost: the task, placed again, may go to `c` — whose
+/// replaced copy still runs — before the copy's cancel is pushed. That late
+/// cancel names the copy's attempt and stops only the copy; the new run is
+/// sent once the copy has answered, and the task's answer is a run's own
+/// (`true`), not a cancelled one's; no token is left held.
+#[test]
+fn a_held_run_replacing_a_copy_as_the_tasks_agent_is_lost_leaves_the_new_run_alone() {
+    model(|| {
+        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back(1);
+        let mut c = s.connect_agent(peer(4), &[tc()], 2);
+        assert!(b.hedge(id, 0), "a straggler's copy");
+        let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
+        drop(t);
+        let mut on_c = vec![id];
+        let (mut cd, ()) = offer_held_while(cd, &back, (), move |()| drop(b));
+        play_agent(&mut back, &mut Vec::new());
+        play_agent(&mut c, &mut on_c);
+        play_agent(&mut back, &mut Vec::new());
+        let answer = cd.poll_answer().expect("no answer");
+        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
+        assert!(cd.poll_answer().is_none(), "answered twice");
+        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
+        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        drop((c, back, cd));
+    });
+}
