@@ -322,7 +322,12 @@ impl<J: Job> AgentSession<J> {
         let Some(Run { task, attempt, cancelled }) = self.outstanding.remove(&task) else {
             return Err(CompleteError::UnknownTask(task));
         };
-        // Runs of it held until this one answered go out now.
+        // Runs of it held until this one answered go out now; one may be a
+        // copy of this very attempt.
+        let copy_waits = self
+            .parked
+            .get(&task.id)
+            .is_some_and(|events| events.iter().any(|e| matches!(e, AgentEvent::Hedge(_, at, _) if *at == attempt)));
         if let Some(parked) = self.parked.remove(&task.id) {
             self.unparked.extend(parked);
         }
@@ -331,12 +336,13 @@ impl<J: Job> AgentSession<J> {
         // answer goes out, so that the consumerd's next task finds it.
         self.entry.tokens.release();
         let me = self.entry.id.0;
-        // A copy told to stop that says it could not finish answers nothing
-        // (its task ended or moved on, or the copy went elsewhere — or here
-        // again, held until now by `park`, which this answer must not fail).
-        // Otherwise the first of the task's runs to end the attempt does: a
-        // task's own run answers whatever it says, as nothing else will.
-        let copy_stopped = cancelled && kind == AnswerKind::Internal && task.state() != State::assigned(me, attempt);
+        // A run told to stop that says it could not finish, while a copy of
+        // the same attempt waits behind it here (`park`), answers nothing:
+        // the task and its copy word are that copy's now, which this answer
+        // must not fail (nor, were the task handed to the copy meanwhile,
+        // end). Otherwise the first of the task's runs to end the attempt
+        // answers it (a copy's could-not-finish clears its copy word).
+        let copy_stopped = cancelled && kind == AnswerKind::Internal && copy_waits;
         let won = if copy_stopped { None } else { self.first_to_end(&task, attempt, kind) };
         if let Some(primary) = won {
             match kind {

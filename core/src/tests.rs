@@ -1508,6 +1508,57 @@ fn a_copy_sent_where_a_cancelled_copy_of_the_same_attempt_still_runs_is_run_afte
     assert_eq!(tokens_in_use(&s), vec![0, 0]);
 }
 
+/// As above, with the task's own agent lost while the new copy waits: the
+/// task is handed to that copy, and the cancelled one's "could not finish"
+/// neither ends the task nor keeps the copy from running.
+#[test]
+fn a_copy_waiting_behind_a_cancelled_one_and_handed_the_task_runs_it() {
+    let (s, mut b, back, mut cd, mut c, t) = a_cancelled_copy_on_c_of::<FallibleJob>();
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
+    drop(back);
+    assert!(b.hedge(t, 0), "copied again, to c's second token");
+    drop(b);
+    assert!(dispatches(&mut c).is_empty(), "the copy, now the task's run, waits for the cancelled one's answer");
+    c.complete(t, None).unwrap();
+    assert!(answers(&mut cd).is_empty(), "the cancelled copy's answer does not end the task");
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the task's run goes");
+    c.complete(t, Some(true)).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(Some(true)));
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
+/// A copy started on `c` between a held run's clearing of `c`'s older copy
+/// and its late cancel for it (`copy_held` racing `hedge`): the new copy is
+/// dropped (the attempt runs there), the cancel stops the run, and its
+/// "could not finish" clears the copy word — so that losing the task's
+/// agent next places the task again instead of handing it to a copy that
+/// runs nowhere.
+#[test]
+fn a_stopped_copy_with_no_copy_waiting_clears_its_copy_word() {
+    let (s, mut b, back, mut cd, t) = cut_off_and_back_of::<FallibleJob>();
+    let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
+    assert!(b.hedge(t, 0), "a straggler's copy on c");
+    let Some(Dispatch::Assign(task)) = c.poll() else { panic!("the copy was not sent") };
+    let copy_attempt = 1;
+    // `copy_held`'s first half: c's copy cleared, its cancel not yet pushed.
+    assert!(task.clear_hedge(c.id().0, copy_attempt));
+    drop(task);
+    assert!(b.hedge(t, 0), "copied again, to c");
+    s.core.cancel_on(c.id().0, t, copy_attempt);
+    drop(back);
+    assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)], "the new copy dropped, the run stopped");
+    c.complete(t, None).unwrap();
+    drop(b);
+    assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "placed again, not handed to no run");
+    c.complete(t, Some(true)).unwrap();
+    let got = answers(&mut cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(Some(true)));
+    assert_eq!(tokens_in_use(&s), vec![0]);
+}
+
 #[test]
 fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_run_once_that_run_answered() {
     let (s, mut cd, mut c, t) = handed_to_c_before_it_is_sent();

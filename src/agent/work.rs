@@ -208,9 +208,7 @@ impl Work {
     /// is answered as an internal error, so that the task's token comes
     /// back and its consumerd compiles it.
     pub fn adopt(&mut self, handle: u64, task_id: u64) -> Option<Outgoing> {
-        // An older run under the same id is one the scheduler replaced
-        // (its token already back there): it answers nothing, whatever
-        // this adoption finds.
+        // One run per id, whatever this adoption finds (see `replace`).
         self.replace(task_id);
         if let Some(held) = self.unhold(handle) {
             let mut header = held.header;
