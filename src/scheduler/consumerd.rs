@@ -293,7 +293,10 @@ async fn send_answer(
             h.task_id = answer.client_id;
             (h, a.payload, a.reservation)
         }
-        Reply::RunLocally(reason) => (run_locally(answer.client_id, reason), Bytes::new(), None),
+        Reply::RunLocally(reason) => {
+            tracing::debug!(task = answer.client_id, %reason, "sent back to be compiled locally");
+            (run_locally(answer.client_id, reason), Bytes::new(), None)
+        }
     };
     metrics.sent(payload.len());
     net::send_sized(conn, writer, senders, Message::TaskResult(header), payload, reservation).await
