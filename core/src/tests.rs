@@ -1435,6 +1435,24 @@ fn a_leaving_agent_whose_token_leaked_is_let_go_after_its_wait() {
     assert_eq!(s.leaked_tokens(), 1, "the leak is counted");
 }
 
+/// `agent` answers `t` with `answer`, which is the consumerd's one answer;
+/// no token is left held.
+fn answers_once<J: Job>(
+    s: &Scheduler<J>,
+    agent: &mut AgentSession<J>,
+    cd: &mut ConsumerdSession<J>,
+    t: TaskId,
+    answer: J::Answer,
+) where
+    J::Answer: Clone + PartialEq + std::fmt::Debug,
+{
+    agent.complete(t, answer.clone()).unwrap();
+    let got = answers(cd);
+    assert_eq!(got.len(), 1, "one answer: {got:?}");
+    assert_eq!(got[0].reply, Reply::Done(answer));
+    assert!(tokens_in_use(s).iter().all(|&n| n == 0), "a token is held: {:?}", tokens_in_use(s));
+}
+
 /// The task placed again on `c` while `c` still runs the copy it was told
 /// to cancel: an agent names a run by its task's id alone, so the new run
 /// goes to `c` only once the cancelled copy has answered — sent at once,
@@ -1457,11 +1475,7 @@ fn a_task_placed_again_on_an_agent_still_running_its_cancelled_copy_is_sent_once
     assert!(answers(&mut cd).is_empty(), "the cancelled copy's answer is not the new run's");
     assert_eq!(tokens_in_use(&s), vec![1]);
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the new run goes once the copy answered");
-    c.complete(t, true).unwrap();
-    let got = answers(&mut cd);
-    assert_eq!(got.len(), 1, "one answer: {got:?}");
-    assert_eq!(got[0].reply, Reply::Done(true), "the new run's answer");
-    assert_eq!(tokens_in_use(&s), vec![0]);
+    answers_once(&s, &mut c, &mut cd, t, true);
 }
 
 /// The cancel for `c`'s replaced copy pushed late — after the task, its
@@ -1478,11 +1492,7 @@ fn a_late_cancel_for_a_copy_of_an_earlier_attempt_does_not_stop_the_run_placed_a
     drop(b);
     s.core.cancel_on(c.id().0, t, copy_attempt);
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the late cancel is not for this run");
-    c.complete(t, true).unwrap();
-    let got = answers(&mut cd);
-    assert_eq!(got.len(), 1, "one answer: {got:?}");
-    assert_eq!(got[0].reply, Reply::Done(true));
-    assert_eq!(tokens_in_use(&s), vec![0]);
+    answers_once(&s, &mut c, &mut cd, t, true);
 }
 
 /// A copy sent to `c` while `c` still runs its cancelled copy of the same
@@ -1522,11 +1532,7 @@ fn a_copy_waiting_behind_a_cancelled_one_and_handed_the_task_runs_it() {
     c.complete(t, None).unwrap();
     assert!(answers(&mut cd).is_empty(), "the cancelled copy's answer does not end the task");
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "the task's run goes");
-    c.complete(t, Some(true)).unwrap();
-    let got = answers(&mut cd);
-    assert_eq!(got.len(), 1, "one answer: {got:?}");
-    assert_eq!(got[0].reply, Reply::Done(Some(true)));
-    assert_eq!(tokens_in_use(&s), vec![0]);
+    answers_once(&s, &mut c, &mut cd, t, Some(true));
 }
 
 /// A copy started on `c` between a held run's clearing of `c`'s older copy
@@ -1552,11 +1558,7 @@ fn a_stopped_copy_with_no_copy_waiting_clears_its_copy_word() {
     c.complete(t, None).unwrap();
     drop(b);
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "placed again, not handed to no run");
-    c.complete(t, Some(true)).unwrap();
-    let got = answers(&mut cd);
-    assert_eq!(got.len(), 1, "one answer: {got:?}");
-    assert_eq!(got[0].reply, Reply::Done(Some(true)));
-    assert_eq!(tokens_in_use(&s), vec![0]);
+    answers_once(&s, &mut c, &mut cd, t, Some(true));
 }
 
 #[test]
@@ -1566,11 +1568,7 @@ fn a_copy_sent_to_an_agent_still_running_an_older_cancelled_run_of_its_task_is_r
     c.complete(t, false).unwrap();
     assert!(answers(&mut cd).is_empty(), "the older run's answer is not the task's");
     assert_eq!(dispatches(&mut c), vec![format!("assign {}", t.0)], "then it is sent");
-    c.complete(t, true).unwrap();
-    let got = answers(&mut cd);
-    assert_eq!(got.len(), 1, "one answer: {got:?}");
-    assert_eq!(got[0].reply, Reply::Done(true));
-    assert_eq!(tokens_in_use(&s), vec![0]);
+    answers_once(&s, &mut c, &mut cd, t, true);
 }
 
 #[test]

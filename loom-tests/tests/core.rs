@@ -937,7 +937,7 @@ fn play_agent(agent: &mut ccroute_core::AgentSession<J>, live: &mut Vec<ccroute_
 #[test]
 fn a_held_run_replacing_a_copy_as_the_tasks_agent_is_lost_leaves_the_new_run_alone() {
     model(|| {
-        let (ends, s, cd, mut b, mut back, id) = cut_off_and_back(1);
+        let (ends, s, cd, b, mut back, id) = cut_off_and_back(1);
         let mut c = s.connect_agent(peer(4), &[tc()], 2);
         assert!(b.hedge(id, 0), "a straggler's copy");
         let Some(Dispatch::Assign(t)) = c.poll() else { panic!("the copy was not sent") };
