@@ -324,13 +324,9 @@ impl<J: Job> AgentSession<J> {
         };
         // Runs of it held until this one answered go out now; one may be a
         // copy of this very attempt.
-        let copy_waits = self
-            .parked
-            .get(&task.id)
-            .is_some_and(|events| events.iter().any(|e| matches!(e, AgentEvent::Hedge(_, at, _) if *at == attempt)));
-        if let Some(parked) = self.parked.remove(&task.id) {
-            self.unparked.extend(parked);
-        }
+        let parked = self.parked.remove(&task.id).unwrap_or_default();
+        let copy_waits = parked.iter().any(|e| matches!(e, AgentEvent::Hedge(_, at, _) if *at == attempt));
+        self.unparked.extend(parked);
         let kind = J::classify(&answer);
         // The agent finished running it: its token is free — before the
         // answer goes out, so that the consumerd's next task finds it.

@@ -579,12 +579,18 @@ fn hedged() -> Hedged {
     (ends, s, cd, a, b, id)
 }
 
-/// The consumerd got exactly one answer, the task ended once, no token is held.
-fn assert_answered_once(cd: &mut ccroute_core::ConsumerdSession<J>, ends: &Ends, s: &Scheduler<J>) {
-    assert!(cd.poll_answer().is_some(), "no answer");
+/// The consumerd got exactly one answer, the task ended once, no token is
+/// held. Returns that answer.
+fn assert_answered_once(
+    cd: &mut ccroute_core::ConsumerdSession<J>,
+    ends: &Ends,
+    s: &Scheduler<J>,
+) -> ccroute_core::Reply<Option<bool>> {
+    let answer = cd.poll_answer().expect("no answer");
     assert!(cd.poll_answer().is_none(), "answered twice");
     assert_eq!(ends.0.load(Ordering::SeqCst), 1);
     assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+    answer.reply
 }
 
 /// Both agents answer task `id` at once (two threads); returns them.
@@ -719,11 +725,8 @@ fn a_copy_that_could_not_run_answering_with_the_original_leaves_the_answer_to_it
         let (mut a, mut b) = (ta.join().unwrap(), tb.join().unwrap());
         answer_all(&mut a);
         answer_all(&mut b);
-        let answer = cd.poll_answer().expect("no answer");
-        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "the copy's internal error answered the task");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        let reply = assert_answered_once(&mut cd, &ends, &s);
+        assert_eq!(reply, ccroute_core::Reply::Done(Some(true)), "the copy's internal error answered the task");
         drop((a, b, cd));
     });
 }
@@ -889,11 +892,8 @@ fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run(
         });
         answer_all_held(&mut back);
         answer_all_held(&mut b);
-        let answer = cd.poll_answer().expect("no answer");
-        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        let reply = assert_answered_once(&mut cd, &ends, &s);
+        assert_eq!(reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
         drop((b, back, cd));
     });
 }
@@ -947,11 +947,8 @@ fn a_held_run_replacing_a_copy_as_the_tasks_agent_is_lost_leaves_the_new_run_alo
         play_agent(&mut back, &mut Vec::new());
         play_agent(&mut c, &mut on_c);
         play_agent(&mut back, &mut Vec::new());
-        let answer = cd.poll_answer().expect("no answer");
-        assert_eq!(answer.reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
-        assert!(cd.poll_answer().is_none(), "answered twice");
-        assert_eq!(ends.0.load(Ordering::SeqCst), 1);
-        assert!(s.agents().iter().all(|x| x.tokens_in_use == 0), "token leaked: {:?}", s.agents());
+        let reply = assert_answered_once(&mut cd, &ends, &s);
+        assert_eq!(reply, ccroute_core::Reply::Done(Some(true)), "a cancelled run answered the task");
         drop((c, back, cd));
     });
 }
