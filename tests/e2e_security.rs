@@ -291,6 +291,111 @@ fn past_the_payload_budget_tasks_go_back_to_run_locally() {
     assert_eq!(s["payload_bytes"], 0, "every reservation came back: {s}");
 }
 
+/// A payload stream that breaks after its header (reset, or ended short) is
+/// answered at once — "run it locally", saying why — not left to the
+/// consumerd's deadline; its budget comes back and the connection goes on.
+#[test]
+fn a_payload_stream_that_breaks_after_its_header_is_answered_at_once() {
+    use ccroute_wire::{RetryAction, RetryReason};
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover"]);
+    c.wait_ready(1);
+    let declared = 2u64 << 20;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        for (id, reset) in [(1, true), (2, false)] {
+            let mut stream = cd.send_stalling(id, &spec(0), declared).await;
+            // Its header was read and passed the gate: the budget is reserved.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while c.status()["payload_bytes"] != declared {
+                assert!(Instant::now() < deadline, "the payload's budget was never reserved");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if reset {
+                stream.reset(quinn::VarInt::from_u32(9)).unwrap();
+            } else {
+                stream.finish().unwrap();
+            }
+            let (h, _) = cd.result().await;
+            assert_eq!(h.task_id, id);
+            match &h.outcome {
+                Outcome::Retry(RetryAction::RunLocally, RetryReason::Rejected(why)) => {
+                    let expected =
+                        if reset { "reset the stream with code 9" } else { "ended in the middle of a frame" };
+                    assert!(why.contains("could not be read") && why.contains(expected), "{why}")
+                }
+                other => panic!("the broken task was answered {other:?}"),
+            }
+            assert_eq!(c.status()["payload_bytes"], 0, "the broken payload's budget did not come back");
+        }
+        let small = b"int s(void) { return 0; }\n".to_vec();
+        cd.send(3, &spec(0), &small, None).await;
+        let (h, object) = cd.result().await;
+        assert_eq!(h.outcome, Outcome::Success);
+        assert_eq!(object, ccroute::agent::executor::test_object(&small));
+    });
+}
+
+/// An agent's result whose object breaks off after its header answers its
+/// task at once (the agent's failure, so it is compiled again or locally)
+/// and gives the agent's token back; before, the task waited for the
+/// agent's session to end, and a later run of it on that agent with it.
+#[test]
+fn an_agents_result_that_breaks_after_its_header_answers_its_task_at_once() {
+    use common::raw::{spec, RawAgent, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache", "--no-hedging"]);
+    let declared = 2u64 << 20;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut agent = RawAgent::connect(&c.tls, addr).await;
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        let small = b"int s(void) { return 0; }\n".to_vec();
+        cd.send(1, &spec(0), &small, None).await;
+        let (task, _) = agent.task().await;
+        let mut stream = agent.answer_partly(task.task_id, declared).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.status()["payload_bytes"].as_u64().unwrap() < declared {
+            assert!(Instant::now() < deadline, "the result's budget was never reserved: {}", c.status());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stream.reset(quinn::VarInt::from_u32(9)).unwrap();
+        // The agent's failure, said to the consumerd (which compiles it
+        // itself), or compiled again (here: this agent is the only one).
+        let (h, _) = loop {
+            tokio::select! {
+                answer = cd.result() => break answer,
+                (again, _) = agent.task() => {
+                    assert_eq!(again.origin, task.origin, "another task than the one answered");
+                    let ok = ccroute_wire::ResultHeader::bare(again.task_id, Outcome::Success);
+                    agent.writer.send(Message::TaskResult(ok), Bytes::new()).await.unwrap();
+                }
+            }
+        };
+        assert_eq!(h.task_id, 1);
+        match &h.outcome {
+            Outcome::Success => {}
+            Outcome::InternalError(why) => {
+                assert!(why.contains("without its object") && why.contains("reset the stream with code 9"), "{why}")
+            }
+            other => panic!("answered {other:?}"),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = c.status();
+            let held: u64 = s["agents"].as_array().unwrap().iter().map(|a| a["tokens_in_use"].as_u64().unwrap()).sum();
+            if held == 0 && s["payload_bytes"] == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "a token or the budget is still held: {s}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
 /// A peer that declares a payload and stops sending it holds its budget
 /// only until the payload's deadline: then the bytes come back, its task is
 /// answered "run it locally" saying why, and the scheduler goes on.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{Frame, HelloBody, Message, Role, Toolchain};
+use ccroute_wire::{Frame, HelloBody, Message, Outcome, ResultHeader, Role, Toolchain};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -432,7 +432,16 @@ async fn serve(
                 Some(Err(e @ NetError::ConnectionLost { .. })) => break Some(e.to_string()),
                 None => break Some("connection ended".to_string()),
                 Some(Err(e)) => {
-                    tracing::warn!(error = %e, "bad task stream");
+                    tracing::warn!(error = %e, "a task stream failed");
+                    // A task whose source did not come whole is answered at
+                    // once: the scheduler holds its token, and any later run
+                    // of it here, until it is.
+                    let Ok((Message::Task(t), why)) = e.into_unfinished() else { continue };
+                    let why = Outcome::InternalError(format!("the task's source did not reach the agent whole: {why}"));
+                    let header = ResultHeader::bare(t.task_id, why);
+                    if let Err(e) = writer.send(Message::TaskResult(header), Bytes::new()).await {
+                        break Some(e.to_string());
+                    }
                     continue;
                 }
             },

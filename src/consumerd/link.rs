@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ccroute_wire::{
     cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, PayloadInfo, ResultHeader,
-    RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
+    RetryAction, RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -573,8 +573,16 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                 Some(Ok(f)) => f,
                 Some(Err(NetError::ConnectionLost { .. })) | None => return,
                 Some(Err(e)) => {
-                    tracing::warn!(error = %e, "bad result stream");
-                    continue;
+                    tracing::warn!(error = %e, "a result stream failed");
+                    match e.into_unfinished() {
+                        // Its task is compiled here at once rather than at its deadline.
+                        Ok((Message::TaskResult(h), why)) => {
+                            let why = format!("its result came without its object: {why}");
+                            let outcome = Outcome::Retry(RetryAction::RunLocally, RetryReason::Rejected(why));
+                            Frame { message: Message::TaskResult(ResultHeader::bare(h.task_id, outcome)), payload: Bytes::new() }
+                        }
+                        _ => continue,
+                    }
                 }
             },
             _ = demand_tick.tick() => {

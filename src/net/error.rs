@@ -124,6 +124,20 @@ pub enum NetError {
         /// How long it was given.
         after: Duration,
     },
+    /// A frame on a stream of its own whose header was read but whose
+    /// payload could not be (the stream was reset, ended short, or carried
+    /// more than one frame). The header is here so that what it names can
+    /// be answered at once; the connection goes on.
+    #[error("the {} from {peer} could not be read past its header: {source}", message.name())]
+    Unfinished {
+        /// The other side.
+        peer: SocketAddr,
+        /// The frame's header.
+        message: Box<ccroute_wire::Message>,
+        /// What went wrong after the header.
+        #[source]
+        source: Box<NetError>,
+    },
     /// Something did not arrive in time.
     #[error("no {what} from {peer} within {after:?}")]
     Timeout {
@@ -185,6 +199,22 @@ impl NetError {
                 _ => None,
             },
             _ => None,
+        }
+    }
+
+    /// For a frame whose header arrived on a stream of its own and whose
+    /// payload did not ([`NetError::PayloadStalled`], [`NetError::Unfinished`]):
+    /// the header, and why, in words fit for an answer. `Err(self)` for
+    /// anything else.
+    pub fn into_unfinished(self) -> Result<(ccroute_wire::Message, String), NetError> {
+        match self {
+            NetError::PayloadStalled { message, after, .. } => {
+                Ok((*message, format!("its payload stopped arriving (not whole within {after:?})")))
+            }
+            NetError::Unfinished { message, source, .. } => {
+                Ok((*message, format!("its payload could not be read: {source}")))
+            }
+            other => Err(other),
         }
     }
 

@@ -597,6 +597,16 @@ impl<T: Send + 'static> GatedFrames<T> {
     }
 }
 
+/// What went wrong after `message`'s header was read: the connection's end
+/// as it is (everything on it is answered when its owner sees that), else
+/// an error that carries the header, so that what it names is answered.
+fn unfinished(peer: SocketAddr, message: Message, e: NetError) -> NetError {
+    match e {
+        lost @ NetError::ConnectionLost { .. } => lost,
+        source => NetError::Unfinished { peer, message: Box::new(message), source: Box::new(source) },
+    }
+}
+
 /// Reads the header of a payload stream, asks the gate, then reads or skips
 /// the payload.
 async fn read_gated_frame<T>(
@@ -621,26 +631,26 @@ async fn read_gated_frame<T>(
             let len = message.payload_len();
             let after = payload_deadline(len);
             let payload = match tokio::time::timeout(after, reader.payload()).await {
-                Ok(read) => read?,
+                Ok(Ok(payload)) => payload,
+                Ok(Err(e)) => return Err(unfinished(peer, message, e)),
                 Err(_) => {
                     reader.stop(CloseReason::ProtocolError);
                     drop(token);
                     return Err(NetError::PayloadStalled { peer, message: Box::new(message), len, after });
                 }
             };
-            match reader.next_header().await? {
-                None => Ok(Gated { message, payload: Some(payload), token }),
-                Some(extra) => {
+            match reader.next_header().await {
+                Ok(None) => Ok(Gated { message, payload: Some(payload), token }),
+                Ok(Some(extra)) => {
                     reader.stop(CloseReason::ProtocolError);
-                    Err(NetError::Protocol {
-                        peer,
-                        detail: format!(
-                            "a payload stream carried a {} after its {}: one frame per stream",
-                            extra.name(),
-                            message.name()
-                        ),
-                    })
+                    let detail = format!(
+                        "a payload stream carried a {} after its {}: one frame per stream",
+                        extra.name(),
+                        message.name()
+                    );
+                    Err(unfinished(peer, message, NetError::Protocol { peer, detail }))
                 }
+                Err(e) => Err(unfinished(peer, message, e)),
             }
         }
     }

@@ -436,6 +436,10 @@ async fn malformed_bytes_are_a_clear_error_and_the_other_streams_keep_working() 
     cut.finish().unwrap();
     let err = uni.next().await.unwrap().unwrap_err();
     assert!(err.to_string().contains("ended in the middle of a frame (5 bytes of it buffered)"), "{err}");
+    // Its header came whole: it is handed back, so that its task is answered.
+    let (header, why) = err.into_unfinished().unwrap();
+    assert_eq!(header, task(5, 10));
+    assert!(why.contains("could not be read"), "{why}");
 
     // A good payload stream still arrives.
     send_on_new_stream(&conn, &task(6, 4), Bytes::from_static(b"abcd")).await.unwrap();

@@ -104,18 +104,18 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             event = rx.recv() => match event {
                 None => break Ok(()),
                 Some(Inbound::Failed(e)) => break super::failure_outcome(*e),
-                // A result whose object stopped arriving: the agent's failure
-                // for that task, which its consumerd then compiles itself.
-                Some(Inbound::Stalled(e)) => {
-                    if let NetError::PayloadStalled { message, after, .. } = *e {
-                        if let Message::TaskResult(r) = *message {
-                            state.shipping.inputs_ended(node, r.task_id);
-                            let why = format!("its object stopped arriving from the agent (not whole within {after:?})");
-                            let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
+                // A result whose object did not arrive whole: the agent's
+                // failure for that task, which its consumerd then compiles
+                // itself (or another agent, were it a copy).
+                Some(Inbound::Unfinished(message, why)) => {
+                    if let Message::TaskResult(r) = *message {
+                        state.shipping.inputs_ended(node, r.task_id);
+                        last_answer = Some(Instant::now());
+                        let why = format!("the agent's result came without its object: {why}");
+                        let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
                             let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
-                            if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
-                                break Err(why);
-                            }
+                        if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
+                            break Err(why);
                         }
                     }
                 }
@@ -231,7 +231,9 @@ const MOVE_BEFORE: f64 = 3.0 / 8.0;
 /// Where the agent answered anything since the task was sent
 /// (`last_answer`), it is not stalled and the unit is only longer than
 /// expected: a copy on a host no faster would end after it, so only an
-/// agent [`HEDGE_FASTER`] than this one takes it. Where it answered before
+/// agent [`HEDGE_FASTER`] than this one takes it, and only when what was
+/// expected was the unit's own history (past a guess it is only a long
+/// unit). Where it answered before
 /// but nothing since (stalled, or slowed before its speed is learnt) any
 /// idle agent may. And a long task placed here before a much faster agent
 /// was free (or before the speeds were known) is copied to one
@@ -297,12 +299,18 @@ fn copy_floors(
     // order then read 2.5 of its bound).
     let stalled = answered_since == Some(false);
     let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
+    // Run past twice a guess, on an agent that answers: a long unit, not a
+    // slow run (the rule above moves it while a much faster host can win).
+    // Such copies to hosts a quarter faster never answered first on the
+    // farm's cold builds, and after a scheduler restart, whose speeds rest on
+    // a result or two, they copied units that had run as long as expected.
+    let slow_run = stalled || !guessed;
     [
         far_from_done.then_some((
             speed_milli.saturating_mul(MOVE_FASTER),
             "long task copied to an idle agent at least twice as fast",
         )),
-        straggler.then_some((if stalled { 0 } else { faster }, "straggler copied to an idle agent")),
+        (straggler && slow_run).then_some((if stalled { 0 } else { faster }, "straggler copied to an idle agent")),
     ]
 }
 
@@ -607,14 +615,22 @@ mod tests {
         let straggler = "straggler copied to an idle agent";
         let secs = Duration::from_secs;
         // A cold build's start: a guessed second, run 3 s on an agent that
-        // never answered: only faster hosts (it was any idle one).
+        // never answered: a long unit, moved only to a much faster host.
         let cold = at(1_000_000, Basis::Cold);
-        assert_eq!(copy_floors(cold, secs(3), 1000, None), [Some((2000, long)), Some((1250, straggler))]);
+        assert_eq!(copy_floors(cold, secs(3), 1000, None), [Some((2000, long)), None]);
         // The same on an agent that answered before and not since: stalled.
         assert_eq!(copy_floors(cold, secs(3), 1000, Some(false)), [Some((2000, long)), Some((0, straggler))]);
-        // Still answering, on a 0.4 host (2.5 s expected here): a long unit, not a stall.
+        // Still answering, on a 0.4 host (2.5 s expected here): a long unit,
+        // not a stall, however far past the guess.
         assert_eq!(copy_floors(cold, secs(4), 400, Some(true)), [Some((800, long)), None]);
-        assert_eq!(copy_floors(cold, secs(6), 400, Some(true)), [Some((800, long)), Some((500, straggler))]);
+        assert_eq!(copy_floors(cold, secs(6), 400, Some(true)), [Some((800, long)), None]);
+        let sized = at(500_000, Basis::Size);
+        assert_eq!(copy_floors(sized, secs(3), 1300, Some(true)), [Some((2600, long)), None]);
+        assert_eq!(copy_floors(sized, secs(3), 1300, Some(false)), [Some((2600, long)), Some((0, straggler))]);
+        // Known to take a second, run 3 s on a 1.0 host that answers: a slow
+        // run, copied to a host a quarter faster.
+        let second = at(1_000_000, Basis::History);
+        assert_eq!(copy_floors(second, secs(3), 1000, Some(true)), [None, Some((1250, straggler))]);
         // Known 20 s at speed 1, on a 0.5 host (40 s here): moved while
         // most remains (up to 15 s), then nothing until it runs past 80 s.
         let known = at(20_000_000, Basis::History);

@@ -125,14 +125,12 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                         break Err(why);
                     }
                 }
-                Some(Inbound::Stalled(e)) => {
-                    if let NetError::PayloadStalled { message, after, .. } = *e {
-                        if let Message::Task(t) = *message {
-                            let why = format!("its source stopped arriving at the scheduler (not whole within {after:?})");
-                            let h = run_locally(t.task_id, RetryReason::Rejected(why));
-                            if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
-                                break Ok(());
-                            }
+                Some(Inbound::Unfinished(message, why)) => {
+                    if let Message::Task(t) = *message {
+                        let why = format!("its source did not reach the scheduler whole: {why}");
+                        let h = run_locally(t.task_id, RetryReason::Rejected(why));
+                        if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
+                            break Ok(());
                         }
                     }
                 }

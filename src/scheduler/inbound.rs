@@ -34,9 +34,10 @@ pub(crate) enum Ticket {
 pub(crate) enum Inbound {
     /// A frame; `payload` is `None` when the gate skipped it.
     Frame { message: Message, payload: Option<Bytes>, ticket: Ticket },
-    /// A frame whose payload stopped arriving (its budget given back): its
-    /// task is answered without it.
-    Stalled(Box<NetError>),
+    /// A frame whose header came and whose payload did not (it stopped
+    /// arriving, or its stream broke; its budget given back), and why: what
+    /// it names is answered without it.
+    Unfinished(Box<Message>, String),
     /// A stream or the connection failed.
     Failed(Box<NetError>),
 }
@@ -75,13 +76,13 @@ where
             let event = match next {
                 Ok(g) => Inbound::Frame { message: g.message, payload: g.payload, ticket: g.token },
                 Err(e @ NetError::ConnectionLost { .. }) => Inbound::Failed(Box::new(e)),
-                Err(e @ NetError::PayloadStalled { .. }) => {
-                    tracing::warn!(error = %e, "a payload stopped arriving; its task is answered without it");
-                    Inbound::Stalled(Box::new(e))
-                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "bad payload stream");
-                    continue;
+                    tracing::warn!(error = %e, "a payload stream failed");
+                    match e.into_unfinished() {
+                        Ok((message, why)) => Inbound::Unfinished(Box::new(message), why),
+                        // Its header was not read either: nothing names a task to answer.
+                        Err(_) => continue,
+                    }
                 }
             };
             if tx.send(event).await.is_err() {

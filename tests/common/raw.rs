@@ -34,6 +34,94 @@ pub fn honest_key(spec: &TaskSpec, source: &[u8]) -> CacheKey {
     cache_key(test_toolchain().key(), &codec::encode_spec(spec), source)
 }
 
+/// Connects to `addr` and shakes hands as `role` (one token for an agent).
+async fn handshake(
+    tls_dir: &Path,
+    addr: SocketAddr,
+    role: Role,
+    toolchains: Vec<ccroute_wire::Toolchain>,
+    system: SystemInfo,
+) -> (net::Endpoint, net::Connection, net::FrameWriter, net::FrameReader, net::UniFrames) {
+    let cert = if role == Role::Agent { CertRole::Agent } else { CertRole::Consumerd };
+    let identity = tls::load(tls_dir, cert).unwrap();
+    let endpoint = net::client_endpoint(&identity, &TransportOptions::default(), addr).unwrap();
+    let conn = net::connect(&endpoint, addr).await.unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        body: HelloBody {
+            role,
+            node_id: if role == Role::Agent { 0xa9e7 } else { 0x5eed },
+            host_name: "raw".into(),
+            system,
+            toolchains,
+            usage_limit: u32::from(role == Role::Agent),
+            speed_milli: 0,
+            probed_speed_milli: 0,
+            shipping: ccroute_wire::Shipping::Off,
+            resumed: Vec::new(),
+        },
+    };
+    let (writer, reader, _) = net::client_handshake(&conn, &hello, &net::StreamOptions::default()).await.unwrap();
+    let uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
+    (endpoint, conn, writer, reader, uni)
+}
+
+/// A hand-written agent of one token for the test toolchain: it answers
+/// the tasks it is sent however a test wants.
+#[allow(dead_code)] // not every test file that includes this module plays an agent
+pub struct RawAgent {
+    _endpoint: net::Endpoint,
+    pub conn: net::Connection,
+    pub writer: net::FrameWriter,
+    reader: net::FrameReader,
+    uni: net::UniFrames,
+}
+
+#[allow(dead_code)]
+impl RawAgent {
+    /// Connects and shakes hands as an agent.
+    pub async fn connect(tls_dir: &Path, addr: SocketAddr) -> RawAgent {
+        let (endpoint, conn, writer, reader, uni) =
+            handshake(tls_dir, addr, Role::Agent, vec![test_toolchain()], SystemInfo::default()).await;
+        RawAgent { _endpoint: endpoint, conn, writer, reader, uni }
+    }
+
+    /// The next task the scheduler sends (other messages are passed over).
+    pub async fn task(&mut self) -> (TaskHeader, Bytes) {
+        loop {
+            let frame: Frame = tokio::time::timeout(Duration::from_secs(60), async {
+                tokio::select! {
+                    f = self.reader.next() => f.unwrap().unwrap(),
+                    f = self.uni.next() => f.unwrap().unwrap(),
+                }
+            })
+            .await
+            .expect("no task within 60 s");
+            if let Message::Task(h) = frame.message {
+                return (h, frame.payload);
+            }
+        }
+    }
+
+    /// Answers `task_id` with a result declaring a `declared`-byte object
+    /// on a stream of its own, of which only the first KiB is sent; the
+    /// stream is the test's to break.
+    pub async fn answer_partly(&self, task_id: u64, declared: u64) -> quinn::SendStream {
+        let info = ccroute_wire::PayloadInfo {
+            len: declared,
+            raw_len: declared,
+            compression: ccroute_wire::Compression::None,
+        };
+        let header = ResultHeader { payload: info, ..ResultHeader::bare(task_id, ccroute_wire::Outcome::Success) };
+        let mut bytes = bytes::BytesMut::new();
+        ccroute_wire::encode_header(&Message::TaskResult(header), &mut bytes);
+        bytes.extend_from_slice(&[7u8; 1024]);
+        let mut send = self.conn.open_uni().await.unwrap();
+        send.write_all(&bytes).await.unwrap();
+        send
+    }
+}
+
 impl RawConsumerd {
     /// Connects and shakes hands as a consumerd.
     pub async fn connect(tls_dir: &Path, addr: SocketAddr) -> RawConsumerd {
@@ -47,26 +135,7 @@ impl RawConsumerd {
         toolchains: Vec<ccroute_wire::Toolchain>,
         system: SystemInfo,
     ) -> RawConsumerd {
-        let identity = tls::load(tls_dir, CertRole::Consumerd).unwrap();
-        let endpoint = net::client_endpoint(&identity, &TransportOptions::default(), addr).unwrap();
-        let conn = net::connect(&endpoint, addr).await.unwrap();
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            body: HelloBody {
-                role: Role::Consumerd,
-                node_id: 0x5eed,
-                host_name: "raw".into(),
-                system,
-                toolchains,
-                usage_limit: 0,
-                speed_milli: 0,
-                probed_speed_milli: 0,
-                shipping: ccroute_wire::Shipping::Off,
-                resumed: Vec::new(),
-            },
-        };
-        let (writer, reader, _) = net::client_handshake(&conn, &hello, &net::StreamOptions::default()).await.unwrap();
-        let uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
+        let (endpoint, conn, writer, reader, uni) = handshake(tls_dir, addr, Role::Consumerd, toolchains, system).await;
         RawConsumerd { _endpoint: endpoint, conn, writer, reader, uni }
     }
 
