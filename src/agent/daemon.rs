@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute_wire::{Frame, HelloBody, Message, Outcome, ResultHeader, Role, Toolchain};
+use ccroute_wire::{Frame, HelloBody, Message, Role, Toolchain};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -437,8 +437,7 @@ async fn serve(
                     // once: the scheduler holds its token, and any later run
                     // of it here, until it is.
                     let Ok((Message::Task(t), why)) = e.into_unfinished() else { continue };
-                    let why = Outcome::InternalError(format!("the task's source did not reach the agent whole: {why}"));
-                    let header = ResultHeader::bare(t.task_id, why);
+                    let (header, _) = work.refuse(t.task_id, format!("the task's source did not reach the agent whole: {why}"));
                     if let Err(e) = writer.send(Message::TaskResult(header), Bytes::new()).await {
                         break Some(e.to_string());
                     }
@@ -472,7 +471,13 @@ async fn serve(
             () = shutdown.cancelled() => break None,
         };
         match frame.message {
-            Message::Task(header) => work.start(header, frame.payload, Some(conn.clone())),
+            Message::Task(header) => {
+                if let Some((header, _)) = work.start(header, frame.payload, Some(conn.clone())) {
+                    if let Err(e) = writer.send(Message::TaskResult(header), Bytes::new()).await {
+                        break Some(e.to_string());
+                    }
+                }
+            }
             Message::Cancel(c) => work.cancel(c.task_id),
             Message::Adopt(a) => {
                 if let Some((header, object)) = work.adopt(a.handle, a.task_id) {

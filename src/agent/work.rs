@@ -41,6 +41,13 @@ pub const RETAIN: Duration = Duration::from_secs(6);
 pub const HELD_MAX_BYTES: usize = 64 << 20;
 /// How long a result no scheduler took is kept.
 pub const HELD_MAX_AGE: Duration = Duration::from_secs(60);
+/// How long a cancel for a task that has not arrived waits for it (a cancel
+/// on the control stream can overtake a task sent on a stream of its own),
+/// and how long an answered id is remembered (a cancel that crossed the
+/// answer on the wire is then known to be for that run, not a later one).
+pub const EARLY_CANCEL_FOR: Duration = Duration::from_secs(60);
+/// The most answered ids remembered for [`EARLY_CANCEL_FOR`].
+const ANSWERED_MAX: usize = 1 << 16;
 
 /// A compile in progress.
 struct Running {
@@ -90,6 +97,11 @@ pub struct Work {
     /// When the scheduler was last heard from (see [`Work::heard`]).
     heard: Instant,
     next_handle: u64,
+    /// Task ids told to stop before their task came, and when.
+    cancelled_early: HashMap<u64, Instant>,
+    /// Task ids answered in the last [`EARLY_CANCEL_FOR`]: when, and in order.
+    answered: HashMap<u64, Instant>,
+    answered_order: VecDeque<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for Work {
@@ -116,6 +128,9 @@ impl Work {
             recent_bytes: 0,
             heard: Instant::now(),
             next_handle: 1,
+            cancelled_early: HashMap::new(),
+            answered: HashMap::new(),
+            answered_order: VecDeque::new(),
         }
     }
 
@@ -125,9 +140,15 @@ impl Work {
     }
 
     /// Starts compiling a task the scheduler sent; `fetch` is the connection
-    /// its inputs are fetched through.
-    pub fn start(&mut self, header: TaskHeader, source: Bytes, fetch: Option<quinn::Connection>) {
+    /// its inputs are fetched through. A task whose cancel came before it
+    /// is not run: its answer, to send now, is returned.
+    #[must_use]
+    pub fn start(&mut self, header: TaskHeader, source: Bytes, fetch: Option<quinn::Connection>) -> Option<Outgoing> {
         let id = header.task_id;
+        if self.cancelled_early.remove(&id).is_some_and(|at| at.elapsed() <= EARLY_CANCEL_FOR) {
+            tracing::debug!(task = id, "a task whose cancel overtook it is answered without running");
+            return Some(self.refuse(id, "cancelled before the task arrived".into()));
+        }
         self.replace(id);
         let cancel = CancellationToken::new();
         let task = ExecTask {
@@ -153,6 +174,36 @@ impl Work {
             since: Instant::now(),
         };
         self.running.insert(id, running);
+        None
+    }
+
+    /// Answers task `id` as an internal error saying `why`, without running
+    /// it (a task whose source did not arrive whole, or that was cancelled
+    /// before it came).
+    pub fn refuse(&mut self, id: u64, why: String) -> Outgoing {
+        self.cancelled_early.remove(&id);
+        self.answering(id);
+        (ResultHeader::bare(id, Outcome::InternalError(why)), Bytes::new())
+    }
+
+    /// `id` is answered now: a cancel for it that comes within
+    /// [`EARLY_CANCEL_FOR`] crossed the answer.
+    fn answering(&mut self, id: u64) {
+        if id & ResumedTask::HANDLE_BIT != 0 {
+            return;
+        }
+        let now = Instant::now();
+        while let Some(&(old, at)) = self.answered_order.front() {
+            if now.duration_since(at) <= EARLY_CANCEL_FOR && self.answered_order.len() < ANSWERED_MAX {
+                break;
+            }
+            self.answered_order.pop_front();
+            if self.answered.get(&old) == Some(&at) {
+                self.answered.remove(&old);
+            }
+        }
+        self.answered.insert(id, now);
+        self.answered_order.push_back((id, now));
     }
 
     /// Waits for the next compile to finish; `Some` is a result to send now
@@ -188,18 +239,32 @@ impl Work {
         if let Some(origin) = running.origin {
             self.remember(origin, running.toolchain, &header, &object);
         }
+        self.answering(id);
         Some((header, object))
     }
 
     /// The scheduler no longer wants `id` (its task id or a handle): a
     /// running compile is killed — a task's still answers, so that its token
     /// comes back; a handle's answers nothing — and a kept result is dropped.
+    /// A task id neither running nor answered lately names a task still on
+    /// its way (a cancel overtakes a task on a stream of its own): it is
+    /// answered without running when it comes (within [`EARLY_CANCEL_FOR`]).
     pub fn cancel(&mut self, id: u64) {
         if let Some(r) = self.running.get_mut(&id) {
             r.cancel.cancel();
             r.dropped = id & ResumedTask::HANDLE_BIT != 0;
+            return;
         }
-        self.unhold(id);
+        if self.unhold(id).is_some() || id & ResumedTask::HANDLE_BIT != 0 {
+            return;
+        }
+        let now = Instant::now();
+        if self.answered.get(&id).is_some_and(|at| now.duration_since(*at) <= EARLY_CANCEL_FOR) {
+            // It crossed the answer: the run it was for has ended.
+            return;
+        }
+        self.cancelled_early.retain(|_, at| now.duration_since(*at) <= EARLY_CANCEL_FOR);
+        self.cancelled_early.insert(id, now);
     }
 
     /// The scheduler adopted what this agent holds as `handle`, as its
@@ -214,6 +279,7 @@ impl Work {
             let mut header = held.header;
             header.task_id = task_id;
             self.remember(held.origin, held.toolchain, &header, &held.object);
+            self.answering(task_id);
             return Some((header, held.object));
         }
         match self.running.remove(&handle) {
@@ -228,8 +294,7 @@ impl Work {
                 if let Some(r) = other {
                     self.running.insert(handle, r);
                 }
-                let why = Outcome::InternalError("the agent no longer holds this task".into());
-                Some((ResultHeader::bare(task_id, why), Bytes::new()))
+                Some(self.refuse(task_id, "the agent no longer holds this task".into()))
             }
         }
     }
@@ -250,6 +315,10 @@ impl Work {
     /// age are dropped.
     pub fn orphan(&mut self) {
         let now = Instant::now();
+        // Task ids are the lost connection's: the next scheduler's may repeat them.
+        self.cancelled_early.clear();
+        self.answered.clear();
+        self.answered_order.clear();
         let ids: Vec<u64> = self.running.keys().copied().filter(|id| id & ResumedTask::HANDLE_BIT == 0).collect();
         for id in ids {
             let Some(r) = self.running.remove(&id) else { continue };
@@ -444,9 +513,9 @@ mod tests {
         let scratch = tempfile::tempdir().expect("a scratch dir");
         let mut work = work(scratch.path());
         let (old, source) = sleeper(5, 60_000);
-        work.start(old, source, None);
+        assert!(work.start(old, source, None).is_none());
         let (new, source) = sleeper(5, 10);
-        work.start(new, source, None);
+        assert!(work.start(new, source, None).is_none());
         assert_eq!(work.running(), 1);
         let answers = every_answer(&mut work).await;
         assert_eq!(answers.len(), 1, "{answers:?}");
@@ -462,12 +531,50 @@ mod tests {
         let scratch = tempfile::tempdir().expect("a scratch dir");
         let mut work = work(scratch.path());
         let (old, source) = sleeper(5, 60_000);
-        work.start(old, source, None);
+        assert!(work.start(old, source, None).is_none());
         let answered = work.adopt(ResumedTask::HANDLE_BIT | 1, 5).expect("a handle gone is answered at once");
         assert_eq!(answered.0.task_id, 5);
         assert_eq!(work.running(), 0, "the older run still runs");
         let answers = every_answer(&mut work).await;
         assert!(answers.is_empty(), "the older run answered too: {answers:?}");
+    }
+
+    /// A cancel that overtook its task (sent on a stream of its own) stops
+    /// it when it comes: answered at once, nothing run. A cancel that
+    /// crossed a run's answer stops nothing later: the next run of that id
+    /// runs. A lost connection forgets both (the next scheduler's ids).
+    #[tokio::test]
+    async fn a_cancel_that_overtook_its_task_stops_it_and_one_that_crossed_an_answer_does_not() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        work.cancel(7);
+        let (task, source) = sleeper(7, 60_000);
+        let (header, object) = work.start(task, source, None).expect("answered without running");
+        assert_eq!(header.task_id, 7);
+        assert!(matches!(&header.outcome, Outcome::InternalError(why) if why.contains("before the task arrived")));
+        assert!(object.is_empty());
+        assert_eq!(work.running(), 0);
+        // Once only: the same id sent again later runs.
+        let (task, source) = sleeper(7, 10);
+        assert!(work.start(task, source, None).is_none());
+        let answers = every_answer(&mut work).await;
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].0.outcome, Outcome::Success);
+        // Its answer crossed a cancel for it: the run the scheduler sends
+        // after that answer is not stopped.
+        work.cancel(7);
+        let (task, source) = sleeper(7, 10);
+        assert!(work.start(task, source, None).is_none(), "a cancel that crossed the answer refused the next run");
+        assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
+        // A handle's cancel for something gone is not remembered.
+        work.cancel(ResumedTask::HANDLE_BIT | 3);
+        assert!(work.cancelled_early.is_empty());
+        // A lost connection forgets early cancels.
+        work.cancel(9);
+        work.orphan();
+        let (task, source) = sleeper(9, 10);
+        assert!(work.start(task, source, None).is_none());
+        assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
     }
 
     /// A result sent while the scheduler was already silent is kept when
