@@ -38,15 +38,17 @@ use std::time::{Duration, Instant};
 /// How long a daemon must stay quiet before freed memory is returned.
 pub const QUIET_BEFORE_TRIM: Duration = Duration::from_secs(3);
 
-/// A quiet period's last trim comes after it has lasted this long (the
-/// trims come at 3, 6, 12, ... 96 s of quiet).
+/// The longest quiet a trim waits for: each trim after the first comes when
+/// the quiet has lasted twice as long as at the one before, while that is
+/// no more than this (at about 3, 6, 12, ... 96 s of quiet, as sampled).
 pub const QUIET_TRIM_UNTIL: Duration = Duration::from_secs(100);
 
 /// How often an agent gives freed memory back while it works.
 pub const AGENT_TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Decides, from the task counters sampled now and then, when a quiet
-/// period after work has lasted [`QUIET_BEFORE_TRIM`] (and, with
+/// period after work has lasted [`QUIET_BEFORE_TRIM`], and each time it has
+/// doubled since, up to [`QUIET_TRIM_UNTIL`] (and, with
 /// [`IdleTrim::every`], when a busy period has lasted that long since the
 /// last trim). Time is an argument.
 #[derive(Debug, Default)]
@@ -154,7 +156,7 @@ mod tests {
     const SECOND: Duration = Duration::from_secs(1);
 
     #[test]
-    fn trims_once_after_a_quiet_period_that_follows_work() {
+    fn trims_after_a_quiet_period_that_follows_work_and_as_it_doubles() {
         let t0 = Instant::now();
         let mut d = IdleTrim::new();
         // Work: tasks submitted, some in flight.
@@ -174,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_trims_every_period_while_it_works_and_once_when_it_stops() {
+    fn an_agent_trims_every_period_while_it_works_and_when_it_stops() {
         let t0 = Instant::now();
         let mut d = IdleTrim::every(10 * SECOND);
         // Busy from t0: one compile always running, new ones now and then.

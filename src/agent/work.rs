@@ -42,10 +42,18 @@ pub const HELD_MAX_BYTES: usize = 64 << 20;
 /// How long a result no scheduler took is kept.
 pub const HELD_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long a cancel for a task that has not arrived waits for it (a cancel
-/// on the control stream can overtake a task sent on a stream of its own),
-/// and how long an answered id is remembered (a cancel that crossed the
-/// answer on the wire is then known to be for that run, not a later one).
-pub const EARLY_CANCEL_FOR: Duration = Duration::from_secs(60);
+/// on the control stream can overtake a task sent on a stream of its own,
+/// which may take up to its payload's deadline to arrive), and how long an
+/// answered id is remembered (a cancel that crossed the answer on the wire
+/// is then known to be for that run, not a later one; an answer is
+/// remembered when it is queued, and a large object may take up to its
+/// deadline to go). Longer than the deadline of the largest payload
+/// (checked by a test). The cost of its length: a real early cancel for a
+/// run sent within it after an answer under the same id is taken for a
+/// crossed one, and that run goes to its end (a compile wasted, as before
+/// early cancels were kept); the opposite mistake would refuse a run the
+/// scheduler wants, and its unit would be compiled again elsewhere.
+pub const EARLY_CANCEL_FOR: Duration = Duration::from_secs(120);
 /// The most answered ids remembered for [`EARLY_CANCEL_FOR`].
 const ANSWERED_MAX: usize = 1 << 16;
 
@@ -229,6 +237,7 @@ impl Work {
         }
         header.task_id = id;
         header.wall_us = u64::try_from(running.since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let (header, object) = fit_the_wire(header, object);
         if id & ResumedTask::HANDLE_BIT != 0 {
             // Finished while no scheduler had it: kept for one to adopt.
             if let Some(origin) = running.origin {
@@ -280,7 +289,7 @@ impl Work {
             header.task_id = task_id;
             self.remember(held.origin, held.toolchain, &header, &held.object);
             self.answering(task_id);
-            return Some((header, held.object));
+            return Some(fit_the_wire(header, held.object));
         }
         match self.running.remove(&handle) {
             Some(r) if !r.dropped => {
@@ -445,6 +454,20 @@ impl Work {
     }
 }
 
+/// A result whose object is past what a scheduler reads
+/// ([`ccroute_wire::Limits::DEFAULT`]) is answered as an internal error
+/// (its consumerd compiles the unit itself): sent, it would be refused after
+/// its header and its task answered only when the connection ends.
+fn fit_the_wire(header: ResultHeader, object: Bytes) -> Outgoing {
+    let max = ccroute_wire::Limits::DEFAULT.max_payload;
+    if object.len() as u64 <= max {
+        return (header, object);
+    }
+    let why = format!("its object ({} bytes compressed) is past the {max} bytes a result may carry", object.len());
+    tracing::warn!(task = header.task_id, "{why}; its consumerd compiles it");
+    (ResultHeader::bare(header.task_id, Outcome::InternalError(why)), Bytes::new())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,6 +598,21 @@ mod tests {
         let (task, source) = sleeper(9, 10);
         assert!(work.start(task, source, None).is_none());
         assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
+    }
+
+    /// The windows of early cancels outlast the slowest payload a stream may
+    /// carry; an object past the wire's limit is answered as an error.
+    #[test]
+    fn early_cancels_outlast_the_largest_payload_and_oversized_objects_are_refused() {
+        let slowest = crate::net::payload_deadline(ccroute_wire::Limits::DEFAULT.max_payload);
+        assert!(EARLY_CANCEL_FOR > slowest + Duration::from_secs(10), "{slowest:?}");
+        let max = usize::try_from(ccroute_wire::Limits::DEFAULT.max_payload).unwrap();
+        let ok = ResultHeader::bare(4, Outcome::Success);
+        let (header, object) = fit_the_wire(ok.clone(), Bytes::from(vec![0; max]));
+        assert_eq!((header.outcome, object.len()), (Outcome::Success, max));
+        let (header, object) = fit_the_wire(ok, Bytes::from(vec![0; max + 1]));
+        assert!(matches!(&header.outcome, Outcome::InternalError(why) if why.contains("past the")), "{header:?}");
+        assert_eq!((header.task_id, object.len()), (4, 0));
     }
 
     /// A result sent while the scheduler was already silent is kept when

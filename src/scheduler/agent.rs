@@ -113,7 +113,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                         last_answer = Some(Instant::now());
                         let why = format!("the agent's result came without its object: {why}");
                         let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
-                            let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
+                        let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
                         if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
                             break Err(why);
                         }
@@ -228,14 +228,14 @@ const MOVE_BEFORE: f64 = 3.0 / 8.0;
 /// Starts copies of this agent's tasks that run past [`HEDGE_FACTOR`] times
 /// what they were expected to take here, and at least [`HEDGE_FLOOR`], on
 /// idle agents ([`AgentSession::hedge`]: only when no task waits for them).
-/// Where the agent answered anything since the task was sent
-/// (`last_answer`), it is not stalled and the unit is only longer than
-/// expected: a copy on a host no faster would end after it, so only an
-/// agent [`HEDGE_FASTER`] than this one takes it, and only when what was
-/// expected was the unit's own history (past a guess it is only a long
-/// unit). Where it answered before
-/// but nothing since (stalled, or slowed before its speed is learnt) any
-/// idle agent may. And a long task placed here before a much faster agent
+/// Where the agent answered before but nothing since (stalled, or
+/// slowed before its speed is learnt) any idle agent may take the copy.
+/// Otherwise (it answered since the task was sent, `last_answer`, or never
+/// answered at all: new, at a cold build's start) it is not stalled and the
+/// unit is only longer than expected: a copy on a host no faster would end
+/// after it, so only an agent [`HEDGE_FASTER`] than this one takes it, and
+/// only when what was expected was the unit's own history (past a guess it
+/// is only a long unit). And a long task placed here before a much faster agent
 /// was free (or before the speeds were known) is copied to one
 /// [`MOVE_FASTER`] times as fast while most of it remains ([`MOVE_BEFORE`],
 /// or any time after [`HEDGE_FLOOR`] when its expected time was a guess):
@@ -299,7 +299,7 @@ fn copy_floors(
     // order then read 2.5 of its bound).
     let stalled = answered_since == Some(false);
     let faster = speed_milli.saturating_mul(HEDGE_FASTER.0) / HEDGE_FASTER.1;
-    // Run past twice a guess, on an agent that answers: a long unit, not a
+    // Run past twice a guess, on an agent not stalled: a long unit, not a
     // slow run (the rule above moves it while a much faster host can win).
     // Such copies to hosts a quarter faster never answered first on the
     // farm's cold builds, and after a scheduler restart, whose speeds rest on

@@ -72,7 +72,7 @@ async fn handshake(
 pub struct RawAgent {
     _endpoint: net::Endpoint,
     pub conn: net::Connection,
-    pub writer: net::FrameWriter,
+    writer: net::FrameWriter,
     reader: net::FrameReader,
     uni: net::UniFrames,
 }
