@@ -589,6 +589,14 @@ mod tests {
         let (task, source) = sleeper(7, 10);
         assert!(work.start(task, source, None).is_none(), "a cancel that crossed the answer refused the next run");
         assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
+        // An answer given at an adoption counts too: a cancel that crossed
+        // it is not kept.
+        let handle = ResumedTask::HANDLE_BIT | 5;
+        let held = ResultHeader::bare(handle, Outcome::Success);
+        work.hold(handle, Origin { consumerd: 1, task_id: 8 }, ToolchainKey(1), held, Bytes::new(), Instant::now());
+        assert_eq!(work.adopt(handle, 8).expect("a kept result is answered at once").0.task_id, 8);
+        work.cancel(8);
+        assert!(work.cancelled_early.is_empty(), "a cancel that crossed an adoption's answer was kept");
         // A handle's cancel for something gone is not remembered.
         work.cancel(ResumedTask::HANDLE_BIT | 3);
         assert!(work.cancelled_early.is_empty());
