@@ -291,6 +291,25 @@ fn past_the_payload_budget_tasks_go_back_to_run_locally() {
     assert_eq!(s["payload_bytes"], 0, "every reservation came back: {s}");
 }
 
+/// Waits (10 s at most) until at least `bytes` of the scheduler's payload
+/// budget are reserved: a header on a stream of its own passed the gate.
+async fn reserved(c: &Cluster, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.status()["payload_bytes"].as_u64().unwrap() < bytes {
+        assert!(Instant::now() < deadline, "the payload's budget was never reserved: {}", c.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A small honest task sent on `cd` under `id` compiles.
+async fn an_honest_task_compiles(cd: &mut common::raw::RawConsumerd, id: u64) {
+    let small = b"int s(void) { return 0; }\n".to_vec();
+    cd.send(id, &common::raw::spec(0), &small, None).await;
+    let (h, object) = cd.result().await;
+    assert_eq!((h.task_id, h.outcome), (id, Outcome::Success));
+    assert_eq!(object, ccroute::agent::executor::test_object(&small));
+}
+
 /// A payload stream that breaks after its header (reset, or ended short) is
 /// answered at once — "run it locally", saying why — not left to the
 /// consumerd's deadline; its budget comes back and the connection goes on.
@@ -309,11 +328,7 @@ fn a_payload_stream_that_breaks_after_its_header_is_answered_at_once() {
         for (id, reset) in [(1, true), (2, false)] {
             let mut stream = cd.send_stalling(id, &spec(0), declared).await;
             // Its header was read and passed the gate: the budget is reserved.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while c.status()["payload_bytes"] != declared {
-                assert!(Instant::now() < deadline, "the payload's budget was never reserved");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            reserved(&c, declared).await;
             if reset {
                 stream.reset(quinn::VarInt::from_u32(9)).unwrap();
             } else {
@@ -331,11 +346,7 @@ fn a_payload_stream_that_breaks_after_its_header_is_answered_at_once() {
             }
             assert_eq!(c.status()["payload_bytes"], 0, "the broken payload's budget did not come back");
         }
-        let small = b"int s(void) { return 0; }\n".to_vec();
-        cd.send(3, &spec(0), &small, None).await;
-        let (h, object) = cd.result().await;
-        assert_eq!(h.outcome, Outcome::Success);
-        assert_eq!(object, ccroute::agent::executor::test_object(&small));
+        an_honest_task_compiles(&mut cd, 3).await;
     });
 }
 
@@ -357,11 +368,7 @@ fn an_agents_result_that_breaks_after_its_header_answers_its_task_at_once() {
         cd.send(1, &spec(0), &small, None).await;
         let (task, _) = agent.task().await;
         let mut stream = agent.answer_partly(task.task_id, declared).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.status()["payload_bytes"].as_u64().unwrap() < declared {
-            assert!(Instant::now() < deadline, "the result's budget was never reserved: {}", c.status());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        reserved(&c, declared).await;
         stream.reset(quinn::VarInt::from_u32(9)).unwrap();
         let (h, _) = cd.result().await;
         assert_eq!(h.task_id, 1);
@@ -402,11 +409,7 @@ fn a_payload_that_stops_arriving_gives_its_budget_back_at_its_deadline() {
         let mut cd = RawConsumerd::connect(&c.tls, addr).await;
         let t0 = Instant::now();
         let _stalled = cd.send_stalling(1, &spec(0), declared).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.status()["payload_bytes"] != declared {
-            assert!(Instant::now() < deadline, "the stalled payload's budget was never reserved");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        reserved(&c, declared).await;
         let (h, _) = cd.result().await;
         let waited = t0.elapsed();
         match &h.outcome {
@@ -420,11 +423,7 @@ fn a_payload_that_stops_arriving_gives_its_budget_back_at_its_deadline() {
         assert!(waited < allowed + Duration::from_secs(10), "answered only after {waited:?}");
         assert_eq!(c.status()["payload_bytes"], 0, "the stalled payload's budget did not come back");
         // The same connection goes on: an honest task compiles.
-        let small = b"int s(void) { return 0; }\n".to_vec();
-        cd.send(2, &spec(0), &small, None).await;
-        let (h, object) = cd.result().await;
-        assert_eq!(h.outcome, Outcome::Success);
-        assert_eq!(object, ccroute::agent::executor::test_object(&small));
+        an_honest_task_compiles(&mut cd, 2).await;
     });
 }
 

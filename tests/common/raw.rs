@@ -66,6 +66,29 @@ async fn handshake(
     (endpoint, conn, writer, reader, uni)
 }
 
+/// The next frame on the control stream or a uni stream, within 60 s.
+async fn next_frame(reader: &mut net::FrameReader, uni: &mut net::UniFrames, what: &str) -> Frame {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::select! {
+            f = reader.next() => f.unwrap().unwrap(),
+            f = uni.next() => f.unwrap().unwrap(),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what} within 60 s"))
+}
+
+/// Opens a uni stream and sends `message`'s header and the first KiB of
+/// the payload it declares, leaving the stream open.
+async fn send_partly(conn: &net::Connection, message: &Message) -> quinn::SendStream {
+    let mut bytes = bytes::BytesMut::new();
+    ccroute_wire::encode_header(message, &mut bytes);
+    bytes.extend_from_slice(&[7u8; 1024]);
+    let mut send = conn.open_uni().await.unwrap();
+    send.write_all(&bytes).await.unwrap();
+    send
+}
+
 /// A hand-written agent of one token for the test toolchain: it answers
 /// the tasks it is sent however a test wants.
 #[allow(dead_code)] // not every test file that includes this module plays an agent
@@ -89,14 +112,7 @@ impl RawAgent {
     /// The next task the scheduler sends (other messages are passed over).
     pub async fn task(&mut self) -> (TaskHeader, Bytes) {
         loop {
-            let frame: Frame = tokio::time::timeout(Duration::from_secs(60), async {
-                tokio::select! {
-                    f = self.reader.next() => f.unwrap().unwrap(),
-                    f = self.uni.next() => f.unwrap().unwrap(),
-                }
-            })
-            .await
-            .expect("no task within 60 s");
+            let frame = next_frame(&mut self.reader, &mut self.uni, "task").await;
             if let Message::Task(h) = frame.message {
                 return (h, frame.payload);
             }
@@ -113,12 +129,7 @@ impl RawAgent {
             compression: ccroute_wire::Compression::None,
         };
         let header = ResultHeader { payload: info, ..ResultHeader::bare(task_id, ccroute_wire::Outcome::Success) };
-        let mut bytes = bytes::BytesMut::new();
-        ccroute_wire::encode_header(&Message::TaskResult(header), &mut bytes);
-        bytes.extend_from_slice(&[7u8; 1024]);
-        let mut send = self.conn.open_uni().await.unwrap();
-        send.write_all(&bytes).await.unwrap();
-        send
+        send_partly(&self.conn, &Message::TaskResult(header)).await
     }
 }
 
@@ -192,25 +203,13 @@ impl RawConsumerd {
             origin: None,
             resumed: false,
         };
-        let mut bytes = bytes::BytesMut::new();
-        ccroute_wire::encode_header(&Message::Task(header), &mut bytes);
-        bytes.extend_from_slice(&[7u8; 1024]);
-        let mut send = self.conn.open_uni().await.unwrap();
-        send.write_all(&bytes).await.unwrap();
-        send
+        send_partly(&self.conn, &Message::Task(header)).await
     }
 
     /// The next result, with its object decompressed.
     pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
         loop {
-            let frame: Frame = tokio::time::timeout(Duration::from_secs(60), async {
-                tokio::select! {
-                    f = self.reader.next() => f.unwrap().unwrap(),
-                    f = self.uni.next() => f.unwrap().unwrap(),
-                }
-            })
-            .await
-            .expect("no result within 60 s");
+            let frame = next_frame(&mut self.reader, &mut self.uni, "result").await;
             if let Message::TaskResult(h) = frame.message {
                 let object = payload::decompress(&h.payload, &frame.payload, 1 << 30).unwrap();
                 return (h, object);
