@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ccroute_wire::{
     cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, PayloadInfo, ResultHeader,
-    RetryAction, RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
+    RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -578,8 +578,8 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                         // Its task is compiled here at once rather than at its deadline.
                         Ok((Message::TaskResult(h), why)) => {
                             let why = format!("its result came without its object: {why}");
-                            let outcome = Outcome::Retry(RetryAction::RunLocally, RetryReason::Rejected(why));
-                            Frame { message: Message::TaskResult(ResultHeader::bare(h.task_id, outcome)), payload: Bytes::new() }
+                            let h = ResultHeader::run_locally(h.task_id, RetryReason::Rejected(why));
+                            Frame { message: Message::TaskResult(h), payload: Bytes::new() }
                         }
                         _ => continue,
                     }

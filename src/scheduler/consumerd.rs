@@ -22,9 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ccroute_wire::{
-    Frame, Hello, Message, Outcome, PreferredRemoteLimit, ResultHeader, RetryAction, RetryReason, Welcome,
-};
+use ccroute_wire::{Frame, Hello, Message, PreferredRemoteLimit, ResultHeader, RetryReason, Welcome};
 use tokio::task::JoinSet;
 
 use super::budget::Share;
@@ -128,7 +126,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 Some(Inbound::Unfinished(message, why)) => {
                     if let Message::Task(t) = *message {
                         let why = format!("its source did not reach the scheduler whole: {why}");
-                        let h = run_locally(t.task_id, RetryReason::Rejected(why));
+                        let h = ResultHeader::run_locally(t.task_id, RetryReason::Rejected(why));
                         if writer.send(Message::TaskResult(h), Bytes::new()).await.is_err() {
                             break Ok(());
                         }
@@ -185,7 +183,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
 /// (or this connection past its share of it): run it locally.
 async fn over_budget(state: &ServerState, writer: &FrameWriter, task_id: u64) -> Result<(), NetError> {
     state.counters.over_budget.fetch_add(1, Ordering::Relaxed);
-    writer.send(Message::TaskResult(run_locally(task_id, RetryReason::OverBudget)), Bytes::new()).await
+    writer.send(Message::TaskResult(ResultHeader::run_locally(task_id, RetryReason::OverBudget)), Bytes::new()).await
 }
 
 /// One frame from the consumerd. `Err` is a protocol violation.
@@ -249,13 +247,13 @@ async fn submit(session: &mut ConsumerdSession<NetJob>, writer: &FrameWriter, bo
             session.in_flight(),
             session.remote_limit()
         );
-        let h = run_locally(client_id, RetryReason::Rejected(why));
+        let h = ResultHeader::run_locally(client_id, RetryReason::Rejected(why));
         return Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?);
     }
     match session.submit(client_id, toolchain, body) {
         Ok(_) => Ok(()),
         Err(e) => {
-            let h = run_locally(client_id, RetryReason::Rejected(e.to_string()));
+            let h = ResultHeader::run_locally(client_id, RetryReason::Rejected(e.to_string()));
             Ok(writer.send(Message::TaskResult(h), Bytes::new()).await?)
         }
     }
@@ -271,10 +269,6 @@ pub(crate) const MIN_IN_FLIGHT_CAP: usize = 1024;
 /// behind a window that just shrank), at least [`MIN_IN_FLIGHT_CAP`].
 pub(crate) fn in_flight_cap(remote_limit: u32) -> usize {
     (remote_limit as usize).saturating_mul(2).max(MIN_IN_FLIGHT_CAP)
-}
-
-fn run_locally(task_id: u64, reason: RetryReason) -> ResultHeader {
-    ResultHeader::bare(task_id, Outcome::Retry(RetryAction::RunLocally, reason))
 }
 
 /// Sends one answer under the consumerd's id for its task.
@@ -293,7 +287,7 @@ async fn send_answer(
         }
         Reply::RunLocally(reason) => {
             tracing::debug!(task = answer.client_id, %reason, "sent back to be compiled locally");
-            (run_locally(answer.client_id, reason), Bytes::new(), None)
+            (ResultHeader::run_locally(answer.client_id, reason), Bytes::new(), None)
         }
     };
     metrics.sent(payload.len());

@@ -326,6 +326,11 @@ impl ResultHeader {
             cached: false,
         }
     }
+
+    /// "Compile it yourself", for `reason`.
+    pub fn run_locally(task_id: u64, reason: RetryReason) -> Self {
+        ResultHeader::bare(task_id, Outcome::Retry(RetryAction::RunLocally, reason))
+    }
 }
 
 /// The task is no longer wanted.
