@@ -197,10 +197,14 @@ impl Work {
     /// `id` is answered now: a cancel for it that comes within
     /// [`EARLY_CANCEL_FOR`] crossed the answer.
     fn answering(&mut self, id: u64) {
+        self.answering_at(id, Instant::now());
+    }
+
+    /// [`Work::answering`] at `now`.
+    fn answering_at(&mut self, id: u64, now: Instant) {
         if id & ResumedTask::HANDLE_BIT != 0 {
             return;
         }
-        let now = Instant::now();
         while let Some(&(old, at)) = self.answered_order.front() {
             if now.duration_since(at) <= EARLY_CANCEL_FOR && self.answered_order.len() < ANSWERED_MAX {
                 break;
@@ -259,6 +263,11 @@ impl Work {
     /// its way (a cancel overtakes a task on a stream of its own): it is
     /// answered without running when it comes (within [`EARLY_CANCEL_FOR`]).
     pub fn cancel(&mut self, id: u64) {
+        self.cancel_at(id, Instant::now());
+    }
+
+    /// [`Work::cancel`] at `now`.
+    fn cancel_at(&mut self, id: u64, now: Instant) {
         if let Some(r) = self.running.get_mut(&id) {
             r.cancel.cancel();
             r.dropped = id & ResumedTask::HANDLE_BIT != 0;
@@ -267,7 +276,6 @@ impl Work {
         if self.unhold(id).is_some() || id & ResumedTask::HANDLE_BIT != 0 {
             return;
         }
-        let now = Instant::now();
         if self.answered.get(&id).is_some_and(|at| now.duration_since(*at) <= EARLY_CANCEL_FOR) {
             // It crossed the answer: the run it was for has ended.
             return;
@@ -606,6 +614,45 @@ mod tests {
         let (task, source) = sleeper(9, 10);
         assert!(work.start(task, source, None).is_none());
         assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
+    }
+
+    /// Both windows end: an early cancel older than [`EARLY_CANCEL_FOR`]
+    /// stops nothing, an answer older than that no longer turns a cancel
+    /// away; and past [`ANSWERED_MAX`] answers the oldest is forgotten.
+    #[tokio::test]
+    async fn early_cancels_and_answers_are_forgotten_after_their_window_or_past_the_cap() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let now = Instant::now();
+        let expired = now.checked_sub(EARLY_CANCEL_FOR + Duration::from_secs(1)).expect("a machine up for minutes");
+        // A cancel that came too long before its task: the task runs.
+        work.cancel_at(1, expired);
+        let (task, source) = sleeper(1, 10);
+        assert!(work.start(task, source, None).is_none(), "an expired early cancel refused its task");
+        assert_eq!(every_answer(&mut work).await[0].0.outcome, Outcome::Success);
+        // A cancel long after the answer is an early cancel for the next run.
+        work.answering_at(2, expired);
+        work.cancel(2);
+        assert!(work.cancelled_early.contains_key(&2), "an expired answer turned a cancel away");
+        let (task, source) = sleeper(2, 60_000);
+        assert!(work.start(task, source, None).is_some(), "the cancelled run was not answered at once");
+        assert_eq!(work.running(), 0);
+        // An expired early cancel is dropped when the next one comes.
+        work.cancel_at(3, expired);
+        work.cancel(4);
+        assert!(!work.cancelled_early.contains_key(&3));
+        assert!(work.cancelled_early.contains_key(&4));
+        // The cap: the oldest answer goes, the newest stay.
+        for id in 100..100 + ANSWERED_MAX as u64 + 1 {
+            work.answering_at(id, now);
+        }
+        assert_eq!(work.answered_order.len(), ANSWERED_MAX);
+        assert!(!work.answered.contains_key(&100));
+        assert!(work.answered.contains_key(&101));
+        work.cancel(100);
+        assert!(work.cancelled_early.contains_key(&100), "a forgotten answer still turned a cancel away");
+        work.cancel(101);
+        assert!(!work.cancelled_early.contains_key(&101), "a remembered answer let a crossed cancel stay");
     }
 
     /// The windows of early cancels outlast the slowest payload a stream may
