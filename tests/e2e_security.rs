@@ -12,10 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ccroute::net::{self, tls, CertRole, TransportOptions};
-use ccroute_wire::{
-    codec, payload, HelloOutcome, Message, Outcome, TaskHeader, TaskSpec, Toolchain, ToolchainKind, Welcome,
-};
+use ccroute::net;
+use ccroute_wire::{codec, payload, Message, Outcome, Role, TaskHeader, TaskSpec, Toolchain, ToolchainKind};
 use common::{ccroute, Cluster};
 
 fn spec(args: &[&str], input: &str) -> TaskSpec {
@@ -38,10 +36,8 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
     let scratch = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let identity = tls::load(&cluster.tls, CertRole::Scheduler).unwrap();
-        let endpoint =
-            net::server_endpoint("127.0.0.1:0".parse().unwrap(), &identity, &TransportOptions::default()).unwrap();
-        let addr = endpoint.local_addr().unwrap();
+        let scheduler = common::raw::RawScheduler::bind(&cluster.tls);
+        let addr = scheduler.addr;
         let log = std::fs::File::create(cluster.dir.path().join("agent.log")).unwrap();
         let mut agent = cluster
             .command(ccroute())
@@ -52,14 +48,9 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
             .stderr(log)
             .spawn()
             .unwrap();
-        let incoming = tokio::time::timeout(Duration::from_secs(30), endpoint.accept()).await.unwrap().unwrap();
-        let conn = net::accept(incoming).await.unwrap();
-        let (outcome, hs) = net::accept_hello(&conn, net::HANDSHAKE_TIMEOUT).await.unwrap();
-        let HelloOutcome::Hello(hello) = outcome else { panic!("agent sent an incompatible hello") };
-        let gcc: &Toolchain = hello.body.toolchains.iter().find(|t| t.kind == ToolchainKind::Gnu).unwrap();
+        let mut peer = scheduler.accept(Role::Agent, 8).await;
+        let gcc: &Toolchain = peer.hello.body.toolchains.iter().find(|t| t.kind == ToolchainKind::Gnu).unwrap();
         let key = gcc.key();
-        let (writer, mut reader) =
-            hs.welcome(Welcome { scheduler_id: 1, limit: 8 }, &net::StreamOptions::default()).await.unwrap();
 
         let planted = format!("{v}/planted.c");
         let hostile: Vec<(TaskSpec, &str)> = vec![
@@ -96,7 +87,7 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 origin: None,
                 resumed: false,
             };
-            writer.send(Message::Task(header), Bytes::from(packed.clone())).await.unwrap();
+            peer.send(Message::Task(header), Bytes::from(packed.clone())).await;
         }
         // An absolute input path, and a relative one that climbs out of the
         // working directory, are fine (`gcc -c ../src/a.c`): both are
@@ -113,13 +104,12 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
                 origin: None,
                 resumed: false,
             };
-            writer.send(Message::Task(t), Bytes::from(packed.clone())).await.unwrap();
+            peer.send(Message::Task(t), Bytes::from(packed.clone())).await;
         }
 
         let mut answered = 0;
         while answered < n + 2 {
-            let frame = tokio::time::timeout(Duration::from_secs(30), reader.next()).await.unwrap().unwrap().unwrap();
-            let Message::TaskResult(r) = frame.message else { continue };
+            let Message::TaskResult(r) = peer.frame().await.message else { continue };
             answered += 1;
             if r.task_id >= n {
                 assert_eq!(r.outcome, Outcome::Success, "an outside input path compiles inside scratch");
@@ -141,7 +131,6 @@ fn hostile_arguments_are_refused_and_write_nothing_outside_scratch() {
         assert!(!Path::new(&planted).exists());
         let _ = agent.kill();
         let _ = agent.wait();
-        endpoint.close(0u32.into(), b"done");
     });
 }
 
@@ -388,6 +377,80 @@ fn an_agents_result_that_breaks_after_its_header_answers_its_task_at_once() {
             assert!(Instant::now() < deadline, "a token or the budget is still held: {s}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    });
+}
+
+/// A task whose source breaks after its header, sent to a real agent by a
+/// hand-written scheduler, is answered at once — an internal error naming
+/// the break, so that its token comes back — and the agent goes on.
+#[test]
+fn a_task_stream_that_breaks_after_its_header_is_answered_by_the_agent_at_once() {
+    use common::raw::{spec, RawScheduler};
+    let mut c = Cluster::new();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let scheduler = RawScheduler::bind(&c.tls);
+        c.addr = Some(scheduler.addr);
+        c.start_agent(&["--test-toolchain", "--no-discover", "--no-speed-probe"]);
+        let mut agent = scheduler.accept(Role::Agent, 1).await;
+        // Ended short rather than reset: a reset may arrive before the
+        // header is read (then there is no task to answer), an end never.
+        let mut stream = agent.send_task_partly(1, &spec(0), 2 << 20).await;
+        stream.finish().unwrap();
+        // Unanswered, the task's token would stay held: `result` fails at 60 s.
+        let (h, _) = agent.result().await;
+        assert_eq!(h.task_id, 1);
+        match &h.outcome {
+            Outcome::InternalError(why) => assert!(
+                why.contains("did not reach the agent whole") && why.contains("ended in the middle of a frame"),
+                "{why}"
+            ),
+            other => panic!("answered {other:?}\n{}", c.logs()),
+        }
+        agent.send_task(2, &spec(0), b"int s(void) { return 0; }\n").await;
+        let (h, object) = agent.result().await;
+        assert_eq!((h.task_id, &h.outcome), (2, &Outcome::Success), "{}", c.logs());
+        assert!(!object.is_empty());
+    });
+}
+
+/// A result whose object breaks after its header, sent to a real consumerd
+/// by a hand-written scheduler, has the unit compiled locally at once (not
+/// at the unit's deadline, here 300 s): the build gets gcc's own object.
+#[test]
+fn a_result_stream_that_breaks_after_its_header_is_compiled_by_the_consumerd_at_once() {
+    use common::raw::RawScheduler;
+    let mut c = Cluster::new();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let scheduler = RawScheduler::bind(&c.tls);
+        c.addr = Some(scheduler.addr);
+        c.start_consumerd_with(1, true, &["--remote-deadline-floor", "300"]);
+        let mut consumerd = scheduler.accept(Role::Consumerd, 8).await;
+        let work = tempfile::tempdir().unwrap();
+        std::fs::write(work.path().join("u.c"), "int u(int x) { return x * 3 + 1; }\n").unwrap();
+        let local = Command::new("gcc").current_dir(work.path()).args(["-O2", "-c", "u.c", "-o", "local.o"]).output();
+        assert!(local.unwrap().status.success());
+        let mut wrapper = Command::new(ccroute());
+        wrapper.current_dir(work.path()).args(["gcc", "-O2", "-c", "u.c", "-o", "remote.o"]).envs(c.wrapper_env());
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(wrapper.output().unwrap());
+        });
+        let (task, _) = consumerd.task().await;
+        let mut stream = consumerd.answer_partly(task.task_id, 2 << 20).await;
+        stream.finish().unwrap();
+        let out = tokio::task::spawn_blocking(move || finished.recv_timeout(Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .unwrap_or_else(|_| panic!("the compile waited for its deadline\n{}", c.logs()));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            std::fs::read(work.path().join("remote.o")).unwrap(),
+            std::fs::read(work.path().join("local.o")).unwrap()
+        );
+        let log = c.consumerd.as_ref().unwrap().log_text();
+        assert!(log.contains("a result stream failed") && log.contains("ended in the middle of a frame"), "{log}");
     });
 }
 

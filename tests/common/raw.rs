@@ -1,6 +1,8 @@
-//! A consumerd written by hand, on the real protocol: it sends exactly the
-//! tasks a test wants — honest ones, identical ones, lying ones — with the
-//! no-op test toolchain, whose "object" is a digest of the source it saw.
+//! Peers written by hand, on the real protocol: a consumerd that sends
+//! exactly the tasks a test wants — honest ones, identical ones, lying ones —
+//! with the no-op test toolchain, whose "object" is a digest of the source it
+//! saw; an agent that answers them however a test wants; and a scheduler that
+//! sends real agents and consumerds what a test wants.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -66,16 +68,29 @@ async fn handshake(
     (endpoint, conn, writer, reader, uni)
 }
 
+/// How long a hand-written peer waits for what it expects.
+const WAIT: Duration = Duration::from_secs(60);
+
 /// The next frame on the control stream or a uni stream, within 60 s.
 async fn next_frame(reader: &mut net::FrameReader, uni: &mut net::UniFrames, what: &str) -> Frame {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    next_frame_by(reader, uni, what, tokio::time::Instant::now() + WAIT).await
+}
+
+/// The next frame on the control stream or a uni stream, by `deadline`.
+async fn next_frame_by(
+    reader: &mut net::FrameReader,
+    uni: &mut net::UniFrames,
+    what: &str,
+    deadline: tokio::time::Instant,
+) -> Frame {
+    tokio::time::timeout_at(deadline, async {
         tokio::select! {
             f = reader.next() => f.unwrap().unwrap(),
             f = uni.next() => f.unwrap().unwrap(),
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("no {what} within 60 s"))
+    .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}"))
 }
 
 /// Opens a uni stream and sends `message`'s header and the first KiB of
@@ -87,6 +102,61 @@ async fn send_partly(conn: &net::Connection, message: &Message) -> quinn::SendSt
     let mut send = conn.open_uni().await.unwrap();
     send.write_all(&bytes).await.unwrap();
     send
+}
+
+/// The next task on the control stream or a uni stream, within 60 s
+/// however many other messages (passed over) come meanwhile.
+async fn next_task(reader: &mut net::FrameReader, uni: &mut net::UniFrames) -> (TaskHeader, Bytes) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let frame = next_frame_by(reader, uni, "task", deadline).await;
+        if let Message::Task(h) = frame.message {
+            return (h, frame.payload);
+        }
+    }
+}
+
+/// The next result, with its object decompressed, within 60 s however
+/// many other messages (passed over) come meanwhile.
+async fn next_result(reader: &mut net::FrameReader, uni: &mut net::UniFrames) -> (ResultHeader, Vec<u8>) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let frame = next_frame_by(reader, uni, "result", deadline).await;
+        if let Message::TaskResult(h) = frame.message {
+            let object = payload::decompress(&h.payload, &frame.payload, 1 << 30).unwrap();
+            return (h, object);
+        }
+    }
+}
+
+/// A payload of `declared` bytes, stored as they are.
+fn declared(declared: u64) -> ccroute_wire::PayloadInfo {
+    ccroute_wire::PayloadInfo { len: declared, raw_len: declared, compression: ccroute_wire::Compression::None }
+}
+
+/// A test-toolchain task `id` carrying `payload`.
+fn task_header(id: u64, spec: &TaskSpec, key: Option<CacheKey>, payload: ccroute_wire::PayloadInfo) -> TaskHeader {
+    TaskHeader {
+        task_id: id,
+        toolchain: test_toolchain().key(),
+        cache_key: key,
+        spec: codec::encode_spec(spec),
+        payload,
+        inputs: false,
+        origin: None,
+        resumed: false,
+    }
+}
+
+/// Sends `message` with `packed` inline, or on a stream of its own when
+/// it is too large to go inline.
+async fn send_frame(conn: &net::Connection, writer: &net::FrameWriter, message: Message, packed: Vec<u8>) {
+    let packed = Bytes::from(packed);
+    if packed.len() <= INLINE_PAYLOAD_MAX {
+        writer.send(message, packed).await.unwrap();
+    } else {
+        net::send_on_new_stream(conn, &message, packed).await.unwrap();
+    }
 }
 
 /// A hand-written agent of one token for the test toolchain: it answers
@@ -111,25 +181,14 @@ impl RawAgent {
 
     /// The next task the scheduler sends (other messages are passed over).
     pub async fn task(&mut self) -> (TaskHeader, Bytes) {
-        loop {
-            let frame = next_frame(&mut self.reader, &mut self.uni, "task").await;
-            if let Message::Task(h) = frame.message {
-                return (h, frame.payload);
-            }
-        }
+        next_task(&mut self.reader, &mut self.uni).await
     }
 
     /// Answers `task_id` with a result declaring a `declared`-byte object
     /// on a stream of its own, of which only the first KiB is sent; the
     /// stream is the test's to break.
-    pub async fn answer_partly(&self, task_id: u64, declared: u64) -> quinn::SendStream {
-        let info = ccroute_wire::PayloadInfo {
-            len: declared,
-            raw_len: declared,
-            compression: ccroute_wire::Compression::None,
-        };
-        let header = ResultHeader { payload: info, ..ResultHeader::bare(task_id, ccroute_wire::Outcome::Success) };
-        send_partly(&self.conn, &Message::TaskResult(header)).await
+    pub async fn answer_partly(&self, task_id: u64, size: u64) -> quinn::SendStream {
+        answer_partly(&self.conn, task_id, size).await
     }
 }
 
@@ -165,55 +224,127 @@ impl RawConsumerd {
         key: Option<CacheKey>,
     ) {
         let (packed, info) = payload::compress(source);
-        let header = TaskHeader {
-            task_id: id,
-            toolchain,
-            cache_key: key,
-            spec: codec::encode_spec(spec),
-            payload: info,
-            inputs: false,
-            origin: None,
-            resumed: false,
-        };
-        let packed = Bytes::from(packed);
-        if packed.len() <= INLINE_PAYLOAD_MAX {
-            self.writer.send(Message::Task(header), packed).await.unwrap();
-        } else {
-            net::send_on_new_stream(&self.conn, &Message::Task(header), packed).await.unwrap();
-        }
+        let header = TaskHeader { toolchain, ..task_header(id, spec, key, info) };
+        send_frame(&self.conn, &self.writer, Message::Task(header), packed).await;
     }
 
     /// Sends a task declaring a `declared`-byte payload on a stream of its
     /// own, then only its first KiB: a stalling peer. The stream stays open
     /// for as long as the returned handle lives.
     #[allow(dead_code)] // not every test file that includes this module stalls
-    pub async fn send_stalling(&self, id: u64, spec: &TaskSpec, declared: u64) -> quinn::SendStream {
-        let info = ccroute_wire::PayloadInfo {
-            len: declared,
-            raw_len: declared,
-            compression: ccroute_wire::Compression::None,
-        };
-        let header = TaskHeader {
-            task_id: id,
-            toolchain: test_toolchain().key(),
-            cache_key: None,
-            spec: codec::encode_spec(spec),
-            payload: info,
-            inputs: false,
-            origin: None,
-            resumed: false,
-        };
-        send_partly(&self.conn, &Message::Task(header)).await
+    pub async fn send_stalling(&self, id: u64, spec: &TaskSpec, size: u64) -> quinn::SendStream {
+        send_partly(&self.conn, &Message::Task(task_header(id, spec, None, declared(size)))).await
     }
 
     /// The next result, with its object decompressed.
     pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
-        loop {
-            let frame = next_frame(&mut self.reader, &mut self.uni, "result").await;
-            if let Message::TaskResult(h) = frame.message {
-                let object = payload::decompress(&h.payload, &frame.payload, 1 << 30).unwrap();
-                return (h, object);
+        next_result(&mut self.reader, &mut self.uni).await
+    }
+}
+
+/// Answers `task_id` with a result declaring a `size`-byte object on a
+/// stream of its own, of which only the first KiB is sent; the stream is
+/// the caller's to break.
+async fn answer_partly(conn: &net::Connection, task_id: u64, size: u64) -> quinn::SendStream {
+    let header =
+        ResultHeader { payload: declared(size), ..ResultHeader::bare(task_id, ccroute_wire::Outcome::Success) };
+    send_partly(conn, &Message::TaskResult(header)).await
+}
+
+/// A hand-written scheduler on 127.0.0.1: real agents and consumerds
+/// connect to it, and a test sends them what it wants.
+#[allow(dead_code)] // not every test file that includes this module plays the scheduler
+pub struct RawScheduler {
+    endpoint: net::Endpoint,
+    pub addr: SocketAddr,
+}
+
+/// A peer connected to a [`RawScheduler`], past the handshake.
+#[allow(dead_code)]
+pub struct RawPeer {
+    pub hello: Hello,
+    pub conn: net::Connection,
+    writer: net::FrameWriter,
+    reader: net::FrameReader,
+    uni: net::UniFrames,
+}
+
+#[allow(dead_code)]
+impl RawScheduler {
+    /// Listens on a free port of 127.0.0.1 with the cluster's scheduler
+    /// certificate. Call within a tokio runtime.
+    pub fn bind(tls_dir: &Path) -> RawScheduler {
+        let identity = tls::load(tls_dir, CertRole::Scheduler).unwrap();
+        let endpoint =
+            net::server_endpoint("127.0.0.1:0".parse().unwrap(), &identity, &TransportOptions::default()).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        RawScheduler { endpoint, addr }
+    }
+
+    /// The next peer of `role`, welcomed with `limit` (an agent's tokens, a
+    /// consumerd's remote limit); peers of other roles are closed.
+    pub async fn accept(&self, role: Role, limit: u32) -> RawPeer {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let incoming = self.endpoint.accept().await.expect("the endpoint is open");
+                let Ok(conn) = net::accept(incoming).await else { continue };
+                let Ok((ccroute_wire::HelloOutcome::Hello(hello), hs)) =
+                    net::accept_hello(&conn, net::HANDSHAKE_TIMEOUT).await
+                else {
+                    continue;
+                };
+                if hello.body.role != role {
+                    conn.close(0u32.into(), b"not the peer this test waits for");
+                    continue;
+                }
+                let welcome = ccroute_wire::Welcome { scheduler_id: 0x5c4e, limit };
+                let (writer, reader) = hs.welcome(welcome, &net::StreamOptions::default()).await.unwrap();
+                let uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
+                return RawPeer { hello, conn, writer, reader, uni };
             }
-        }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {role} connected within 60 s"))
+    }
+}
+
+#[allow(dead_code)]
+impl RawPeer {
+    /// Sends an agent a test-toolchain task compiling `source`.
+    pub async fn send_task(&self, id: u64, spec: &TaskSpec, source: &[u8]) {
+        let (packed, info) = payload::compress(source);
+        send_frame(&self.conn, &self.writer, Message::Task(task_header(id, spec, None, info)), packed).await;
+    }
+
+    /// Sends an agent a task declaring a `size`-byte source on a stream of
+    /// its own, then only its first KiB; the stream is the caller's to break.
+    pub async fn send_task_partly(&self, id: u64, spec: &TaskSpec, size: u64) -> quinn::SendStream {
+        send_partly(&self.conn, &Message::Task(task_header(id, spec, None, declared(size)))).await
+    }
+
+    /// Answers a consumerd's `task_id` with a result declaring a `size`-byte
+    /// object, of which only the first KiB is sent.
+    pub async fn answer_partly(&self, task_id: u64, size: u64) -> quinn::SendStream {
+        answer_partly(&self.conn, task_id, size).await
+    }
+
+    /// Sends `message` with `payload` on the control stream.
+    pub async fn send(&self, message: Message, payload: Bytes) {
+        self.writer.send(message, payload).await.unwrap();
+    }
+
+    /// The next frame on the control stream or a uni stream, within 60 s.
+    pub async fn frame(&mut self) -> Frame {
+        next_frame(&mut self.reader, &mut self.uni, "frame").await
+    }
+
+    /// The next task a consumerd sends.
+    pub async fn task(&mut self) -> (TaskHeader, Bytes) {
+        next_task(&mut self.reader, &mut self.uni).await
+    }
+
+    /// The next result an agent sends.
+    pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
+        next_result(&mut self.reader, &mut self.uni).await
     }
 }
