@@ -389,8 +389,7 @@ fn a_task_stream_that_breaks_after_its_header_is_answered_by_the_agent_at_once()
     let mut c = Cluster::new();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let scheduler = RawScheduler::bind(&c.tls);
-        c.addr = Some(scheduler.addr);
+        let scheduler = RawScheduler::for_cluster(&mut c);
         c.start_agent(&["--test-toolchain", "--no-discover", "--no-speed-probe"]);
         let mut agent = scheduler.accept(Role::Agent, 1).await;
         // Ended short rather than reset: a reset may arrive before the
@@ -407,10 +406,11 @@ fn a_task_stream_that_breaks_after_its_header_is_answered_by_the_agent_at_once()
             ),
             other => panic!("answered {other:?}\n{}", c.logs()),
         }
-        agent.send_task(2, &spec(0), b"int s(void) { return 0; }\n").await;
+        let small = b"int s(void) { return 0; }\n";
+        agent.send_task(2, &spec(0), small).await;
         let (h, object) = agent.result().await;
         assert_eq!((h.task_id, &h.outcome), (2, &Outcome::Success), "{}", c.logs());
-        assert!(!object.is_empty());
+        assert_eq!(object, ccroute::agent::executor::test_object(small));
     });
 }
 
@@ -423,8 +423,7 @@ fn a_result_stream_that_breaks_after_its_header_is_compiled_by_the_consumerd_at_
     let mut c = Cluster::new();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let scheduler = RawScheduler::bind(&c.tls);
-        c.addr = Some(scheduler.addr);
+        let scheduler = RawScheduler::for_cluster(&mut c);
         c.start_consumerd_with(1, true, &["--remote-deadline-floor", "300"]);
         let mut consumerd = scheduler.accept(Role::Consumerd, 8).await;
         let work = tempfile::tempdir().unwrap();

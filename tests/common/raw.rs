@@ -281,6 +281,14 @@ impl RawScheduler {
         RawScheduler { endpoint, addr }
     }
 
+    /// [`RawScheduler::bind`] with `cluster`'s certificates, and made the
+    /// scheduler the daemons it starts from now on connect to.
+    pub fn for_cluster(cluster: &mut super::Cluster) -> RawScheduler {
+        let scheduler = RawScheduler::bind(&cluster.tls);
+        cluster.addr = Some(scheduler.addr);
+        scheduler
+    }
+
     /// The next peer of `role`, welcomed with `limit` (an agent's tokens, a
     /// consumerd's remote limit); peers of other roles are closed.
     pub async fn accept(&self, role: Role, limit: u32) -> RawPeer {
