@@ -140,6 +140,11 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                 }
             },
             dispatch = session.next() => {
+                if let Dispatch::Cancel(id) = &dispatch {
+                    if let Some(f) = dispatched.get(&id.0) {
+                        stopped_after_a_copy(f, &mut speed, &session, (&state.costs, &hello.body.host_name));
+                    }
+                }
                 if send_dispatch(&conn, &writer, &mut senders, dispatch, (&state, node), &mut dispatched).await.is_err() {
                     break Ok(());
                 }
@@ -314,6 +319,33 @@ fn copy_floors(
     ]
 }
 
+/// A run of which a copy was made is stopped (the copy answered first, or
+/// its consumerd gave up): when its unit's history now says what it costs
+/// (the copy's answer teaches it), the time it ran bounds this agent's
+/// speed ([`Speed::stopped`]). On a cold farm, whose size-line guesses teach
+/// a probed agent nothing, an agent slowed in the middle of a build kept
+/// its probed speed, took the next unit as it freed its token, and that
+/// unit was copied again a second later.
+fn stopped_after_a_copy(
+    f: &Flight,
+    speed: &mut Speed,
+    session: &AgentSession<NetJob>,
+    (costs, host): (&super::cost::Costs, &str),
+) {
+    let Some(e) = f.expected.as_ref().filter(|_| f.hedged) else { return };
+    let ran = f.at.elapsed();
+    let cost = costs.now(e);
+    if let Some(milli) = speed.stopped(cost, ran.as_micros() as f64) {
+        tracing::info!(
+            ran_ms = ran.as_millis() as u64,
+            cost_ms = cost.micros / 1000,
+            speed_milli = milli,
+            "a copied run stopped unanswered: this agent is slower than learnt"
+        );
+        speed.give(milli, session, (costs, host));
+    }
+}
+
 /// A task dispatched to the agent and not answered yet.
 struct Flight {
     at: Instant,
@@ -406,21 +438,40 @@ impl Speed {
         (costs, host): (&super::cost::Costs, &str),
     ) -> f64 {
         if let Some(milli) = self.learn(expected, took.as_micros() as f64) {
-            // Only changes of more than 3 % are worth a new look at the routes.
-            if milli.abs_diff(self.given) * 32 > self.given {
-                session.set_speed(milli);
-                self.given = session.speed();
-                // Guesses are not kept: a restarted scheduler would take them as learnt.
-                if self.from_history > 0 {
-                    costs.learnt_speed(host, self.given);
-                }
-            }
+            self.give(milli, session, (costs, host));
         }
         if self.pinned || self.probed || self.from_history > 0 {
             f64::from(self.given) / 1000.0
         } else {
             1.0
         }
+    }
+
+    /// Gives the core a learnt speed `milli` when it differs enough from
+    /// what it has, keeping it for `host` in `costs`.
+    fn give(&mut self, milli: u32, session: &AgentSession<NetJob>, (costs, host): (&super::cost::Costs, &str)) {
+        // Only changes of more than 3 % are worth a new look at the routes.
+        if milli.abs_diff(self.given) * 32 > self.given {
+            session.set_speed(milli);
+            self.given = session.speed();
+            // Guesses are not kept: a restarted scheduler would take them as learnt.
+            if self.from_history > 0 {
+                costs.learnt_speed(host, self.given);
+            }
+        }
+    }
+
+    /// A run of a unit whose history says `cost` (at speed 1) was stopped
+    /// here unanswered after `ran_us`: it would have taken longer, so this
+    /// host's speed is below `cost ÷ ran`. When the learnt speed is above
+    /// that bound, the bound is taken in as one result of that speed would
+    /// be; below it, the bound says nothing. The new speed in thousandths,
+    /// when it teaches one.
+    fn stopped(&mut self, cost: Prediction, ran_us: f64) -> Option<u32> {
+        if cost.basis != Basis::History || ran_us <= 0.0 || cost.micros as f64 / ran_us >= self.ln.exp() {
+            return None;
+        }
+        self.learn(cost, ran_us)
     }
 
     /// The new average's speed in thousandths, when this result teaches one.
@@ -655,6 +706,25 @@ mod tests {
         assert_eq!(s.learn(at(90_000, Basis::Size), 1_000.0), None);
         // History is averaged: 0.5 and 2.0 give 1.0 (the mean of logarithms).
         assert_eq!(s.learn(at(2_000, Basis::History), 1_000.0), Some(1000));
+    }
+
+    #[test]
+    fn a_run_stopped_unanswered_bounds_the_speed_from_above() {
+        // Probed at 1.3; a unit its history says costs 0.6 s was stopped
+        // here after 1.6 s: 0.375 at most, taken in as a first result.
+        let mut s = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
+        assert_eq!(s.stopped(at(600_000, Basis::History), 1_600_000.0), Some(375));
+        // A bound above the speed says nothing, nor does a guessed cost.
+        assert_eq!(s.stopped(at(600_000, Basis::History), 1_000_000.0), None);
+        assert_eq!(s.stopped(at(600_000, Basis::Size), 6_000_000.0), None);
+        assert_eq!(s.stopped(at(600_000, Basis::Cold), 6_000_000.0), None);
+        // Settled, a bound below moves it as one result does.
+        let mut settled = Speed { from_history: Speed::SETTLED, ..learning() };
+        let moved = settled.stopped(at(1_000_000, Basis::History), 2_000_000.0).unwrap();
+        assert_eq!(moved, ((0.5f64.ln() / 16.0).exp() * 1000.0).round() as u32);
+        // Pinned: never.
+        let mut pinned = Speed { pinned: true, ..learning() };
+        assert_eq!(pinned.stopped(at(1_000_000, Basis::History), 4_000_000.0), None);
     }
 
     #[test]

@@ -124,6 +124,12 @@ impl Costs {
         self.dirty.store(true, Ordering::Relaxed);
     }
 
+    /// What the unit of `e` is expected to cost now: its history may have
+    /// begun or moved since `e` was made.
+    pub(crate) fn now(&self, e: &Expected) -> Prediction {
+        self.lock().predict(e.unit, e.toolchain, e.bytes)
+    }
+
     /// How good the predictions have been.
     pub(crate) fn accuracy(&self) -> Accuracy {
         self.lock().accuracy()
