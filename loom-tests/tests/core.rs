@@ -898,6 +898,30 @@ fn a_held_run_offered_while_its_agent_gets_a_stragglers_copy_answers_with_a_run(
     });
 }
 
+/// (h) The agent that came back holding its run is lost again while that
+/// run is offered to the task's consumerd: whether the offer finds the
+/// agent or not, the task goes on where it was placed again, one answer
+/// reaches the consumerd, the task ends once, and no token is left held
+/// (the reserved one leaves with its agent).
+#[test]
+fn a_held_run_offered_as_its_agent_is_lost_again_ends_once() {
+    model(|| {
+        let (ends, s, cd, mut b, back, id) = cut_off_and_back(1);
+        let held = back.id();
+        let offer = thread::spawn(move || {
+            let _ = cd.copy_held(1, held, 7);
+            cd
+        });
+        let lose = thread::spawn(move || drop(back));
+        let mut cd = offer.join().unwrap();
+        lose.join().unwrap();
+        b.complete(id, Some(true)).unwrap();
+        answer_all_held(&mut b);
+        assert_answered_once(&mut cd, &ends, &s);
+        drop((b, cd));
+    });
+}
+
 /// Plays an agent as `Work` behaves: a cancel kills the run under its id,
 /// which answers at once that it could not finish (`None`); an id sent
 /// while a run under it is live replaces that run, which answers nothing;
