@@ -7,7 +7,7 @@
 //! answered twice (counted at the consumerd: no result arrives for a compile
 //! not waiting), every task ended once at the scheduler, no token stays held,
 //! copies were made, and the slowed agent's stopped run lowered its learnt
-//! speed (so that it is not given the next unit as a healthy agent). The
+//! speed (so that it is not given the next unit as a healthy agent's). The
 //! build's time against the same build on the two healthy agents alone is
 //! printed (a ratio, not asserted: this machine is shared): the two run in
 //! turns, three rounds, each round's ratio and their median; and once with
@@ -48,7 +48,10 @@ fn build(c: &Cluster, dir: &Path, slow: Option<usize>) -> (Duration, Option<CpuL
             assert!(start.elapsed() < Duration::from_secs(120), "the build made no progress\n{}", c.logs());
             std::thread::sleep(Duration::from_millis(20));
         }
-        let name = format!("ccroute-hedge-test-{}", std::process::id());
+        // A name per build: were one left behind, the next would not be refused.
+        static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("ccroute-hedge-test-{}-{n}", std::process::id());
         let g = CpuLimitedCgroup::create(&name, 0.05).expect("a CPU cgroup (this test runs as root)");
         g.add_pid(c.agents[i].child.id()).unwrap();
         cgroup = Some(g);
@@ -169,11 +172,18 @@ fn check_hedged_build(c: &Cluster, reference: &BTreeMap<PathBuf, Vec<u8>>, proje
     let copies = log.matches("straggler copied to an idle agent").count();
     assert!(copies > 0, "no straggler was copied\n{}", c.logs());
     // The copy answered first (the slowed agent runs at a twentieth): the
-    // time its run had taken bounds that agent's speed, so that it is not
-    // given the next unit as if it were healthy.
+    // time its run had taken lowered that agent's speed (logged in the
+    // session of the agent whose unit was copied), so that it is not given
+    // the next unit as if it were healthy.
+    let session = |l: &str| l.find("peer").and_then(|a| l[a..].find("ccroute::").map(|b| l[a..a + b].to_owned()));
+    let copied_from: Vec<String> =
+        log.lines().filter(|l| l.contains("straggler copied to an idle agent")).filter_map(session).collect();
     assert!(
-        log.contains("a copied run stopped unanswered: this agent is slower than learnt"),
-        "the slowed agent's stopped run taught nothing of its speed\n{}",
+        log.lines()
+            .filter(|l| l.contains("a copied run stopped unanswered: this agent is slower than learnt"))
+            .filter_map(session)
+            .any(|s| copied_from.contains(&s)),
+        "the slowed agent's stopped run did not lower its speed\n{}",
         c.logs()
     );
     copies

@@ -172,7 +172,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             }
             _ = check.tick() => {
                 if state.hedging {
-                    hedge_stragglers(&session, &mut dispatched, speed.given, last_answer);
+                    hedge_stragglers((&session, &state.costs), &mut dispatched, speed.given, last_answer);
                 }
                 let limit = session.token_limit();
                 if limit != last_limit {
@@ -249,14 +249,14 @@ const MOVE_BEFORE: f64 = 3.0 / 8.0;
 /// bound.
 /// A task not copied now is looked at again at the next check.
 fn hedge_stragglers(
-    session: &AgentSession<NetJob>,
+    (session, costs): (&AgentSession<NetJob>, &super::cost::Costs),
     dispatched: &mut HashMap<u64, Flight>,
     speed_milli: u32,
     last_answer: Option<Instant>,
 ) {
     for (id, f) in dispatched.iter_mut() {
         let Some(e) = &f.expected else { continue };
-        if f.hedged {
+        if f.hedged.is_some() {
             continue;
         }
         let ran = f.at.elapsed();
@@ -267,7 +267,7 @@ fn hedge_stragglers(
         else {
             continue;
         };
-        f.hedged = true;
+        f.hedged = Some(costs.now(e));
         tracing::info!(
             task = id,
             ran_ms = ran.as_millis() as u64,
@@ -319,38 +319,44 @@ fn copy_floors(
     ]
 }
 
-/// A run of which a copy was made is stopped (the copy answered first, or
-/// its consumerd gave up): when its unit's history now says what it costs
-/// (the copy's answer teaches it), the time it ran bounds this agent's
-/// speed ([`Speed::stopped`]). On a cold farm, whose size-line guesses teach
-/// a probed agent nothing, an agent slowed in the middle of a build kept
-/// its probed speed, took the next unit as it freed its token, and that
-/// unit was copied again a second later.
+/// A run of which a copy was made is stopped after the copy answered
+/// first: the time it ran bounds this agent's speed ([`Speed::stopped`]),
+/// by what its unit's history says it costs now. Only when that history
+/// moved since the copy started (or began: on a cold farm it is the copy's
+/// answer that begins it), which tells the copy's answer from a consumerd
+/// that gave up on the unit (a stall of its own, not this agent's). On a
+/// cold farm, whose size-line guesses teach a probed agent nothing, an agent
+/// slowed in the middle of a build kept its probed speed, took the next unit
+/// as it freed its token, and that unit was copied again a second later.
 fn stopped_after_a_copy(
     f: &Flight,
     speed: &mut Speed,
     session: &AgentSession<NetJob>,
     (costs, host): (&super::cost::Costs, &str),
 ) {
-    let Some(e) = f.expected.as_ref().filter(|_| f.hedged) else { return };
-    let ran = f.at.elapsed();
+    let (Some(e), Some(then)) = (&f.expected, f.hedged) else { return };
     let cost = costs.now(e);
-    if let Some(milli) = speed.stopped(cost, ran.as_micros() as f64) {
+    if cost == then {
+        return;
+    }
+    let ran = f.at.elapsed();
+    let Some(milli) = speed.stopped(cost, ran.as_micros() as f64) else { return };
+    if speed.give(milli, session, (costs, host)) {
         tracing::info!(
             ran_ms = ran.as_millis() as u64,
             cost_ms = cost.micros / 1000,
-            speed_milli = milli,
+            speed_milli = speed.given,
             "a copied run stopped unanswered: this agent is slower than learnt"
         );
-        speed.give(milli, session, (costs, host));
     }
 }
 
 /// A task dispatched to the agent and not answered yet.
 struct Flight {
     at: Instant,
-    /// A copy of it was started on another agent.
-    hedged: bool,
+    /// A copy of it was started on another agent: what its unit was
+    /// expected to cost then.
+    hedged: Option<Prediction>,
     /// How long it waited before its dispatch.
     queue: Duration,
     consumerd: u128,
@@ -448,30 +454,41 @@ impl Speed {
     }
 
     /// Gives the core a learnt speed `milli` when it differs enough from
-    /// what it has, keeping it for `host` in `costs`.
-    fn give(&mut self, milli: u32, session: &AgentSession<NetJob>, (costs, host): (&super::cost::Costs, &str)) {
+    /// what it has, keeping it for `host` in `costs`; whether it did.
+    fn give(&mut self, milli: u32, session: &AgentSession<NetJob>, (costs, host): (&super::cost::Costs, &str)) -> bool {
         // Only changes of more than 3 % are worth a new look at the routes.
-        if milli.abs_diff(self.given) * 32 > self.given {
-            session.set_speed(milli);
-            self.given = session.speed();
-            // Guesses are not kept: a restarted scheduler would take them as learnt.
-            if self.from_history > 0 {
-                costs.learnt_speed(host, self.given);
-            }
+        if milli.abs_diff(self.given) * 32 <= self.given {
+            return false;
         }
+        session.set_speed(milli);
+        self.given = session.speed();
+        // Guesses are not kept: a restarted scheduler would take them as learnt.
+        if self.from_history > 0 {
+            costs.learnt_speed(host, self.given);
+        }
+        true
     }
 
     /// A run of a unit whose history says `cost` (at speed 1) was stopped
     /// here unanswered after `ran_us`: it would have taken longer, so this
-    /// host's speed is below `cost ÷ ran`. When the learnt speed is above
-    /// that bound, the bound is taken in as one result of that speed would
-    /// be; below it, the bound says nothing. The new speed in thousandths,
-    /// when it teaches one.
+    /// host's speed is below `cost ÷ ran`. Above that bound, the learnt
+    /// speed moves to it as far as the next result of a unit with history
+    /// would move it (all the way while none has, as the first does), but
+    /// the bound does not count as one: it is not a measure, and the next
+    /// result replaces it while no history has settled the speed. Below the
+    /// bound it says nothing. The new speed in thousandths, when it moves.
     fn stopped(&mut self, cost: Prediction, ran_us: f64) -> Option<u32> {
-        if cost.basis != Basis::History || ran_us <= 0.0 || cost.micros as f64 / ran_us >= self.ln.exp() {
+        if self.pinned || cost.basis != Basis::History || cost.micros == 0 || ran_us <= 0.0 {
             return None;
         }
-        self.learn(cost, ran_us)
+        let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
+        let bound = (cost.micros as f64 / ran_us).clamp(min / 1000.0, max / 1000.0).ln();
+        if bound >= self.ln {
+            return None;
+        }
+        let weight = (1.0 / f64::from(self.from_history + 1)).max(Self::WEIGHT);
+        self.ln += (bound - self.ln) * weight;
+        Some((self.ln.exp() * 1000.0).round() as u32)
     }
 
     /// The new average's speed in thousandths, when this result teaches one.
@@ -607,7 +624,7 @@ async fn send_dispatch(
             state.metrics.sent(body.payload.len());
             let flight = Flight {
                 at: Instant::now(),
-                hedged: false,
+                hedged: None,
                 queue,
                 consumerd: body.origin.0,
                 spec: body.header.spec.clone(),
@@ -632,7 +649,7 @@ async fn send_dispatch(
             }
             let flight = Flight {
                 at: Instant::now(),
-                hedged: false,
+                hedged: None,
                 queue: Duration::ZERO,
                 consumerd: body.origin.0,
                 spec: body.header.spec.clone(),
@@ -711,17 +728,23 @@ mod tests {
     #[test]
     fn a_run_stopped_unanswered_bounds_the_speed_from_above() {
         // Probed at 1.3; a unit its history says costs 0.6 s was stopped
-        // here after 1.6 s: 0.375 at most, taken in as a first result.
+        // here after 1.6 s: 0.375 at most, all the way while no history
+        // has taught this agent anything.
         let mut s = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
         assert_eq!(s.stopped(at(600_000, Basis::History), 1_600_000.0), Some(375));
         // A bound above the speed says nothing, nor does a guessed cost.
         assert_eq!(s.stopped(at(600_000, Basis::History), 1_000_000.0), None);
         assert_eq!(s.stopped(at(600_000, Basis::Size), 6_000_000.0), None);
         assert_eq!(s.stopped(at(600_000, Basis::Cold), 6_000_000.0), None);
-        // Settled, a bound below moves it as one result does.
+        // It is not a result: the next result of a unit with history
+        // replaces it, as the first always does (here 1.2).
+        assert_eq!(s.from_history, 0);
+        assert_eq!(s.learn(at(1_200_000, Basis::History), 1_000_000.0), Some(1200));
+        // Settled, a bound below moves it as one result does, no more.
         let mut settled = Speed { from_history: Speed::SETTLED, ..learning() };
         let moved = settled.stopped(at(1_000_000, Basis::History), 2_000_000.0).unwrap();
         assert_eq!(moved, ((0.5f64.ln() / 16.0).exp() * 1000.0).round() as u32);
+        assert_eq!(settled.from_history, Speed::SETTLED);
         // Pinned: never.
         let mut pinned = Speed { pinned: true, ..learning() };
         assert_eq!(pinned.stopped(at(1_000_000, Basis::History), 4_000_000.0), None);
