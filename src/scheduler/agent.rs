@@ -750,6 +750,53 @@ mod tests {
         assert_eq!(pinned.stopped(at(1_000_000, Basis::History), 4_000_000.0), None);
     }
 
+    /// A run copied and then cancelled: its agent's speed falls only when
+    /// the unit's history moved since the copy started (the copy answered),
+    /// not when nothing was learnt meanwhile (its consumerd gave up).
+    #[test]
+    fn only_a_copy_that_answered_first_bounds_the_stopped_runs_agent() {
+        use ccroute_core::test_support::{peer, tc};
+        let s: ccroute_core::Scheduler<NetJob> = ccroute_core::Scheduler::new(ccroute_core::Config::default());
+        let session = s.connect_agent(peer(1), &[tc("gcc")], 1);
+        session.set_speed(1300);
+        let costs = super::super::cost::Costs::open(None);
+        let spec = ccroute_wire::codec::encode_spec(&ccroute_wire::TaskSpec {
+            args: vec!["-O2".into(), "-c".into()],
+            input_path: "a.c".into(),
+            cwd: None,
+            env: vec![],
+            inputs: None,
+        });
+        // A unit seen before: 0.4 s.
+        let cold = costs.expect(tc("gcc").key(), &spec, 4096).unwrap();
+        costs.took(&cold, Duration::from_millis(400));
+        let e = costs.expect(tc("gcc").key(), &spec, 4096).unwrap();
+        // Copied then, after it had run 1.6 s here.
+        let stopped = Flight {
+            at: Instant::now() - Duration::from_millis(1600),
+            hedged: Some(costs.now(&e)),
+            queue: Duration::ZERO,
+            consumerd: 1,
+            spec: spec.clone(),
+            expected: Some(e),
+        };
+        let mut speed = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
+        // Nothing learnt since the copy started: the consumerd gave up (a
+        // stall of its own, maybe), which says nothing of this agent.
+        stopped_after_a_copy(&stopped, &mut speed, &session, (&costs, "h"));
+        assert_eq!((speed.given, session.speed()), (1300, 1300));
+        // The copy answered in 0.38 s: the unit's history moves to about
+        // 0.39 s, so this agent is at most about 0.25 (less by what the run
+        // went on while this test ran: a stalled machine's 0.4 s is
+        // allowed for).
+        costs.took(&e, Duration::from_millis(380));
+        stopped_after_a_copy(&stopped, &mut speed, &session, (&costs, "h"));
+        assert!((190..=250).contains(&speed.given), "{}", speed.given);
+        assert_eq!(session.speed(), speed.given);
+        // A bound is not a learnt speed: not kept for the host.
+        assert_eq!(costs.speed_of("h"), None);
+    }
+
     #[test]
     fn a_kept_speed_is_settled_and_a_pinned_one_never_moves() {
         // Kept from before: one result moves it by a sixteenth (in logarithm).
