@@ -118,13 +118,12 @@ fn an_agent_slowed_mid_build_has_its_units_copied_and_nothing_is_answered_twice(
         drop(g);
         rounds.push((t_alone.as_secs_f64(), t_hedged.as_secs_f64(), copies));
     }
-    let mut ratios: Vec<f64> = rounds.iter().map(|(alone, hedged, _)| hedged / alone).collect();
-    ratios.sort_by(f64::total_cmp);
-    let median_alone = {
-        let mut a: Vec<f64> = rounds.iter().map(|r| r.0).collect();
-        a.sort_by(f64::total_cmp);
-        a[a.len() / 2]
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
     };
+    let median_ratio = median(rounds.iter().map(|(alone, hedged, _)| hedged / alone).collect());
+    let median_alone = median(rounds.iter().map(|r| r.0).collect());
     let each: Vec<String> = rounds
         .iter()
         .map(|(alone, hedged, copies)| {
@@ -135,7 +134,7 @@ fn an_agent_slowed_mid_build_has_its_units_copied_and_nothing_is_answered_twice(
         "{UNITS} units, two healthy agents alone against a third slowed 20x mid-build, in turns: {}; \
          median {:.2}x with hedging; without hedging (once) {:.2} s, {:.2}x the median alone",
         each.join(", "),
-        ratios[ratios.len() / 2],
+        median_ratio,
         t_unhedged.as_secs_f64(),
         t_unhedged.as_secs_f64() / median_alone,
     );

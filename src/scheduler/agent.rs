@@ -481,14 +481,26 @@ impl Speed {
         if self.pinned || cost.basis != Basis::History || cost.micros == 0 || ran_us <= 0.0 {
             return None;
         }
-        let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
-        let bound = (cost.micros as f64 / ran_us).clamp(min / 1000.0, max / 1000.0).ln();
+        let bound = Self::sample_ln(cost.micros, ran_us);
         if bound >= self.ln {
             return None;
         }
-        let weight = (1.0 / f64::from(self.from_history + 1)).max(Self::WEIGHT);
-        self.ln += (bound - self.ln) * weight;
-        Some((self.ln.exp() * 1000.0).round() as u32)
+        // As `learn` weighs the next result of a unit with history.
+        Some(self.toward(bound, 1.0 / f64::from((self.from_history + 1).min(Self::SETTLED))))
+    }
+
+    /// The speed a unit costing `cost_us` at speed 1 shows by taking
+    /// `took_us` here, as a logarithm, within the core's range.
+    fn sample_ln(cost_us: u64, took_us: f64) -> f64 {
+        let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
+        (cost_us as f64 / took_us).clamp(min / 1000.0, max / 1000.0).ln()
+    }
+
+    /// Moves the average `weight` of the way to `sample_ln`; the new speed
+    /// in thousandths.
+    fn toward(&mut self, sample_ln: f64, weight: f64) -> u32 {
+        self.ln += (sample_ln - self.ln) * weight;
+        (self.ln.exp() * 1000.0).round() as u32
     }
 
     /// The new average's speed in thousandths, when this result teaches one.
@@ -503,10 +515,7 @@ impl Speed {
                 1.0 / f64::from(self.from_history)
             }
         };
-        let (min, max) = (f64::from(ccroute_core::MIN_SPEED), f64::from(ccroute_core::MAX_SPEED));
-        let sample = (expected.micros as f64 / took_us).clamp(min / 1000.0, max / 1000.0);
-        self.ln += (sample.ln() - self.ln) * weight;
-        Some((self.ln.exp() * 1000.0).round() as u32)
+        Some(self.toward(Self::sample_ln(expected.micros, took_us), weight))
     }
 }
 

@@ -312,7 +312,7 @@ impl RawScheduler {
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("no {role} connected within 60 s"))
+        .unwrap_or_else(|_| panic!("no {role} connected within {WAIT:?}"))
     }
 }
 
