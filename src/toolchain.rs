@@ -35,7 +35,8 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
@@ -223,27 +224,44 @@ impl FileStamp {
 }
 
 /// Digests of binaries already hashed, by stamp: `cc1plus` is tens of
-/// megabytes and shared by every g++ name on the host.
+/// megabytes and shared by every g++ name on the host. Threads that need one
+/// file at once hash it once: the others wait for its slot.
 #[derive(Debug, Default)]
-struct DigestMemo(Mutex<HashMap<FileStamp, [u8; 32]>>);
+struct DigestMemo {
+    slots: Mutex<HashMap<FileStamp, DigestSlot>>,
+    /// Files read and hashed, for tests.
+    hashed: AtomicUsize,
+}
+
+/// One file's digest, once hashed; locked while it is being hashed.
+type DigestSlot = Arc<Mutex<Option<[u8; 32]>>>;
 
 impl DigestMemo {
     const MAX_ENTRIES: usize = 256;
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<FileStamp, [u8; 32]>> {
-        // A panic elsewhere cannot leave a digest half-written: insert is one call.
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The slot of `stamp`, made if new. The map's lock is held only here.
+    fn slot(&self, stamp: FileStamp) -> DigestSlot {
+        // A panic elsewhere cannot leave the map half-written: each change is one call.
+        let mut memo = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if memo.len() >= Self::MAX_ENTRIES && !memo.contains_key(&stamp) {
+            memo.clear();
+        }
+        memo.entry(stamp).or_default().clone()
     }
 
-    /// The stamp and blake3 of `path`'s contents. The lock is not held while
-    /// hashing; two threads may hash the same file, and both get its digest.
+    /// The stamp and blake3 of `path`'s contents. The slot's lock is held
+    /// while hashing, so a second thread asking for the same file waits and
+    /// takes the first one's digest; a failure leaves the slot empty.
     fn digest(&self, path: &Path) -> Result<(FileStamp, [u8; 32]), ToolchainError> {
         let err = |source| ToolchainError::Hash { path: path.to_owned(), source };
         let mut file = fs::File::open(path).map_err(err)?;
         let stamp = FileStamp::of(&file.metadata().map_err(err)?);
-        if let Some(d) = self.lock().get(&stamp) {
-            return Ok((stamp, *d));
+        let slot = self.slot(stamp);
+        let mut known = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(d) = *known {
+            return Ok((stamp, d));
         }
+        self.hashed.fetch_add(1, Ordering::Relaxed);
         let mut hasher = blake3::Hasher::new();
         let read = io::copy(&mut file, &mut hasher).map_err(err)?;
         if read != stamp.size {
@@ -251,11 +269,7 @@ impl DigestMemo {
             return Err(err(io::Error::other(msg)));
         }
         let digest = *hasher.finalize().as_bytes();
-        let mut memo = self.lock();
-        if memo.len() >= Self::MAX_ENTRIES {
-            memo.clear();
-        }
-        memo.insert(stamp, digest);
+        *known = Some(digest);
         Ok((stamp, digest))
     }
 }
@@ -388,7 +402,7 @@ pub struct Discovered {
     /// Its identity.
     pub toolchain: Toolchain,
     /// Its files (for the sandbox units sent as their inputs compile in).
-    pub package: std::sync::Arc<Package>,
+    pub package: Arc<Package>,
 }
 
 /// Finds the compilers in `path_env` (a `PATH`-style list; `None` for none)
@@ -437,10 +451,10 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
 
     // (key, resolved binary) → (rank, entry)
     let mut best: BTreeMap<(u128, PathBuf), (Rank, Discovered)> = BTreeMap::new();
-    for (order, path) in candidates.into_iter().enumerate() {
-        let queried = locate(&path).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, &memo));
+    let queried = query_all(&candidates, &memo);
+    for (order, (path, queried)) in candidates.into_iter().zip(queried).enumerate() {
         let (toolchain, package) = match queried {
-            Ok(q) => (q.toolchain, std::sync::Arc::new(q.package)),
+            Ok(q) => (q.toolchain, Arc::new(q.package)),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "compiler skipped");
                 continue;
@@ -460,6 +474,50 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
     let mut found: Vec<Discovered> = best.into_values().map(|(_, d)| d).collect();
     found.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
     found
+}
+
+/// Most threads [`discover`] queries compilers on.
+const MAX_QUERY_THREADS: usize = 8;
+
+/// Each of `candidates` queried, in their order. Names of one binary (`cc`,
+/// `gcc`, `gcc-12`) are queried one after another on one thread, since they
+/// share their files and the memo answers the later ones; different
+/// binaries in parallel, up to the host's CPUs: an agent's start is mostly
+/// the first query of each (a few probe runs, and hashing its package).
+fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Queried, ToolchainError>> {
+    let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+    for (i, path) in candidates.iter().enumerate() {
+        let binary = fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        match groups.iter_mut().find(|(b, _)| *b == binary) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((binary, vec![i])),
+        }
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = groups.len().min(cpus).min(MAX_QUERY_THREADS);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        while let Some((_, members)) = groups.get(next.fetch_add(1, Ordering::Relaxed)) {
+            for &i in members {
+                let q = locate(&candidates[i]).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, memo));
+                done.push((i, q));
+            }
+        }
+        done
+    };
+    let mut slots: Vec<Option<Result<Queried, ToolchainError>>> = candidates.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mine = work();
+        for (i, q) in helpers.into_iter().flat_map(|h| h.join().unwrap_or_default()).chain(mine) {
+            slots[i] = Some(q);
+        }
+    });
+    // A helper that panicked leaves its slots empty: those compilers are skipped with a reason.
+    let lost =
+        |path: &PathBuf| ToolchainError::Inspect { path: path.clone(), source: io::Error::other("its query panicked") };
+    slots.into_iter().zip(candidates).map(|(q, path)| q.unwrap_or_else(|| Err(lost(path)))).collect()
 }
 
 fn sort_key(d: &Discovered) -> (&str, &str, &str, &Path) {
@@ -729,6 +787,35 @@ esac"#,
         // Deterministic: the same answer again, now from memoized digests.
         assert_eq!(discover(Some(&path_env), &[extra]), found);
         assert!(discover(None, &[]).is_empty());
+    }
+
+    /// Threads that want one file's digest at once (two compilers of a host
+    /// queried in parallel share libraries) read it once; all get its digest.
+    #[test]
+    fn a_file_wanted_by_many_threads_at_once_is_hashed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = tmp.path().join("cc1plus");
+        let bytes: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+        fs::write(&big, &bytes).unwrap();
+        let memo = DigestMemo::default();
+        let start = std::sync::Barrier::new(8);
+        let digests: Vec<[u8; 32]> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        memo.digest(&big).unwrap().1
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert!(digests.iter().all(|d| d == blake3::hash(&bytes).as_bytes()));
+        assert_eq!(memo.hashed.load(Ordering::Relaxed), 1);
+        // A changed file is a new stamp: read again.
+        fs::write(&big, b"rebuilt").unwrap();
+        assert_eq!(memo.digest(&big).unwrap().1, *blake3::hash(b"rebuilt").as_bytes());
+        assert_eq!(memo.hashed.load(Ordering::Relaxed), 2);
     }
 
     #[test]

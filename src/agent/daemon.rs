@@ -296,12 +296,18 @@ type Packages = HashMap<ccroute_wire::ToolchainKey, (Toolchain, Arc<crate::toolc
 async fn offered(config: &AgentConfig) -> (Vec<Toolchain>, HashMap<ccroute_wire::ToolchainKey, PathBuf>, Packages) {
     let discover_in_path = config.discover;
     let extra = config.compilers.clone();
+    let began = Instant::now();
     let found = tokio::task::spawn_blocking(move || {
         let path = if discover_in_path { std::env::var_os("PATH") } else { Some(std::ffi::OsString::new()) };
         discover(path.as_deref(), &extra)
     })
     .await
     .unwrap_or_default();
+    tracing::info!(
+        compilers = found.len(),
+        took_ms = began.elapsed().as_millis() as u64,
+        "compilers found and digested"
+    );
     let mut toolchains = Vec::new();
     let mut paths = HashMap::new();
     let mut packages = HashMap::new();

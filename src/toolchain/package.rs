@@ -411,15 +411,18 @@ fn read_deps(path: &Path) -> Option<Deps> {
     if head != *b"\x7fELF" {
         return None;
     }
-    let data = fs::read(path).ok()?;
-    match object::FileKind::parse(&*data).ok()? {
-        object::FileKind::Elf64 => elf_deps::<object::elf::FileHeader64<object::Endianness>>(&data),
-        object::FileKind::Elf32 => elf_deps::<object::elf::FileHeader32<object::Endianness>>(&data),
+    // Read as the parser asks: the headers and the dynamic section, a few
+    // kilobytes, not the whole of a 100 MB libLLVM.
+    let cache = object::ReadCache::new(file);
+    let data = &cache;
+    match object::FileKind::parse(data).ok()? {
+        object::FileKind::Elf64 => elf_deps::<object::elf::FileHeader64<object::Endianness>, _>(data),
+        object::FileKind::Elf32 => elf_deps::<object::elf::FileHeader32<object::Endianness>, _>(data),
         _ => None,
     }
 }
 
-fn elf_deps<E: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> Option<Deps> {
+fn elf_deps<'d, E: FileHeader<Endian = object::Endianness>, R: object::ReadRef<'d>>(data: R) -> Option<Deps> {
     let header = E::parse(data).ok()?;
     let endian = header.endian().ok()?;
     let mut deps = Deps { arch: machine_name(header.e_machine(endian)), ..Deps::default() };
@@ -433,7 +436,10 @@ fn elf_deps<E: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> Option<D
         let strings = sections.strings(endian, data, link).ok()?;
         for d in dynamic {
             let Some(tag) = d.tag32(endian) else { continue };
-            let text = || d.string(endian, strings).ok().map(|s| String::from_utf8_lossy(s).into_owned());
+            let text = || {
+                let at = u32::try_from(d.d_val(endian).into()).ok()?;
+                strings.get(at).ok().map(|s| String::from_utf8_lossy(s).into_owned())
+            };
             match tag {
                 object::elf::DT_NEEDED => deps.needed.extend(text()),
                 object::elf::DT_RPATH => deps.rpath.extend(text().iter().flat_map(|s| split_dirs(s))),
