@@ -339,7 +339,10 @@ fn stopped_after_a_copy(
     if cost == then {
         return;
     }
-    let ran = f.at.elapsed();
+    // Counted from dispatch: the task's way to the agent is taken off, as
+    // its link has taken on answered runs (the agent's time, which results
+    // teach the speed from, does not count it either).
+    let ran = f.at.elapsed().saturating_sub(speed.link);
     let Some(milli) = speed.stopped(cost, ran.as_micros() as f64) else { return };
     if speed.give(milli, session, (costs, host)) {
         tracing::info!(
@@ -389,6 +392,10 @@ struct Speed {
     /// Results with a history-based prediction taken in, up to [`Speed::SETTLED`]
     /// (a speed kept from before counts as settled).
     from_history: u32,
+    /// The part of an answered run's round trip (dispatch to answer) that
+    /// was not the agent's own time: its link, both ways. A moving average,
+    /// zero before the first answer.
+    link: Duration,
 }
 
 impl Speed {
@@ -424,7 +431,13 @@ impl Speed {
             probed.then_some(probed_milli)
         };
         let from_history = if known.is_some() { Self::SETTLED } else { 0 };
-        (start, Speed { pinned, probed, ln: 0.0, given: 0, from_history })
+        (start, Speed { pinned, probed, ln: 0.0, given: 0, from_history, link: Duration::ZERO })
+    }
+
+    /// Takes in an answered run's link time (its round trip less the
+    /// agent's own time): the first as it is, then an eighth of the way.
+    fn linked(&mut self, link: Duration) {
+        self.link = if self.link.is_zero() { link } else { (self.link * 7 + link) / 8 };
     }
 
     /// Learns from one unit that was expected to cost `expected` at speed 1
@@ -538,6 +551,9 @@ fn on_frame(
                 // what the unit costs, without the network's share.
                 let agent_time =
                     Duration::from_micros(if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us });
+                if header.wall_us > 0 {
+                    speed.linked(took.saturating_sub(agent_time));
+                }
                 if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
                     // The model keeps costs at speed 1: a fast agent's time is
                     // longer there, a slow one's shorter.
@@ -679,7 +695,7 @@ mod tests {
     use super::*;
 
     fn learning() -> Speed {
-        Speed { pinned: false, probed: false, ln: 0.0, given: 1000, from_history: 0 }
+        Speed { pinned: false, probed: false, ln: 0.0, given: 1000, from_history: 0, link: Duration::ZERO }
     }
 
     fn at(micros: u64, basis: Basis) -> Prediction {
@@ -804,6 +820,16 @@ mod tests {
         assert_eq!(session.speed(), speed.given);
         // A bound is not a learnt speed: not kept for the host.
         assert_eq!(costs.speed_of("h"), None);
+
+        // Over a link that took 1.2 s of each answered run's round trip, the
+        // same run stopped 1.6 s after its dispatch ran here about 0.4 s: the
+        // agent is at most about 1.0, not 0.25 (a stalled machine's 0.1 s is
+        // allowed for).
+        let mut thin = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
+        session.set_speed(1300);
+        thin.linked(Duration::from_millis(1200));
+        stopped_after_a_copy(&stopped, &mut thin, &session, (&costs, "h"));
+        assert!((780..=1000).contains(&thin.given), "{}", thin.given);
     }
 
     #[test]
