@@ -25,6 +25,11 @@
 //! argument) it runs 300 units and checks that every one was answered, not
 //! the memory.
 //!
+//! A second line splits idle, 15 s after, and 27 s after once every peer
+//! has disconnected into anonymous memory (heap, stacks: what the
+//! scheduler allocated) and file-backed pages (its binary's and libraries'
+//! code read in, most of the idle figure), from `/proc/PID/status`.
+//!
 //! Left out: the scheduler's CPU (the farm's `scale` preset measures it),
 //! shipped toolchains and inputs (units here are text).
 
@@ -77,7 +82,7 @@ fn main() -> Result<(), BoxError> {
     for cache in runs {
         // The warm-up only without the cache: with it, the window's objects
         // would stay in the memory tier and in the warmed idle.
-        let r = runtime.block_on(run(units, cache, full && !cache))?;
+        let r = runtime.block_on(run(units, cache, full && !cache, full))?;
         println!("{}", r.line());
         if full && r.ratio() > TARGET_RATIO {
             missed = true;
@@ -101,6 +106,11 @@ struct Figures {
     peak: u64,
     after_2s: u64,
     after_15s: u64,
+    /// Of idle and of 15 s after: (anonymous, file-backed) resident bytes.
+    idle_parts: (u64, u64),
+    after_parts: (u64, u64),
+    /// The same once every peer has disconnected, when measured.
+    alone_parts: Option<(u64, u64)>,
     /// The cache's memory tier after the run.
     tier: u64,
     took: Duration,
@@ -137,16 +147,38 @@ impl Figures {
                 self.after() as f64 / w.max(1) as f64
             )),
             self.took.as_secs_f64(),
+        ) + &format!(
+            "\n  of which anonymous (heap, stacks) / file-backed (the binary's and libraries' pages read in): \
+             idle {:.1} / {:.1} MiB, 15 s after {:.1} / {:.1} MiB{}",
+            m(self.idle_parts.0),
+            m(self.idle_parts.1),
+            m(self.after_parts.0),
+            m(self.after_parts.1),
+            self.alone_parts.map_or(String::new(), |(anon, file)| format!(
+                ", once every peer has left {:.1} / {:.1} MiB",
+                m(anon),
+                m(file)
+            )),
         )
     }
 }
 
 fn rss_bytes(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:") * 1024
+}
+
+/// Resident bytes (anonymous, file-backed).
+fn rss_parts(pid: u32) -> (u64, u64) {
+    (status_kb(pid, "RssAnon:") * 1024, status_kb(pid, "RssFile:") * 1024)
+}
+
+/// A `kB` field of `/proc/PID/status`; 0 when it cannot be read.
+fn status_kb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
 }
 
 /// The scheduler process; killed when dropped.
@@ -206,7 +238,7 @@ fn job(seq: u64, pool: &Bytes, cache: bool) -> RemoteJob {
     }
 }
 
-async fn run(units: usize, cache: bool, warm_up: bool) -> Result<Figures, BoxError> {
+async fn run(units: usize, cache: bool, warm_up: bool, alone: bool) -> Result<Figures, BoxError> {
     let work = tempfile::Builder::new().prefix("ccroute-memory-").tempdir()?;
     let tls_dir = work.path().join("tls");
     let out = Command::new(CCROUTE).args(["certs", "init"]).arg(&tls_dir).output()?;
@@ -263,6 +295,7 @@ async fn run(units: usize, cache: bool, warm_up: bool) -> Result<Figures, BoxErr
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     f.idle = rss_bytes(pid);
+    f.idle_parts = rss_parts(pid);
 
     let mut pool = vec![0u8; 4 << 20];
     fill_noise(&mut pool, 0x5eed);
@@ -299,11 +332,18 @@ async fn run(units: usize, cache: bool, warm_up: bool) -> Result<Figures, BoxErr
     f.after_2s = rss_bytes(pid);
     tokio::time::sleep(Duration::from_secs(13)).await;
     f.after_15s = rss_bytes(pid);
+    f.after_parts = rss_parts(pid);
     let s = status(addr, &admin).await?;
     f.tier = s.cache.iter().flat_map(|c| c.tiers.iter()).filter(|t| t.name == "memory").map(|t| t.bytes).sum();
     stop.cancel();
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), tasks.wait()).await;
+    if alone {
+        // Every peer gone: what their connections held is freed, and the
+        // scheduler's next trim (at 24 s of quiet) gives it back.
+        tokio::time::sleep(Duration::from_secs(27).saturating_sub(started.elapsed().saturating_sub(f.took))).await;
+        f.alone_parts = Some(rss_parts(pid));
+    }
     drop(scheduler);
     Ok(f)
 }
