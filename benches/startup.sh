@@ -41,6 +41,16 @@ printf 'int main(void) { return 0; }\n' > "$WORK/t.c"
 
 now() { date +%s%N; }
 
+# Stops the processes whose command line matches $1 and waits until they are gone.
+stop_all() {
+    pkill -f "$1" 2>/dev/null || true
+    for _ in $(seq 100); do
+        pgrep -f "$1" >/dev/null || return 0
+        sleep 0.05
+    done
+    pkill -9 -f "$1" 2>/dev/null || true
+}
+
 # Milliseconds from launch to the agent's "executor ready".
 agent_ms() {
     local bin=$1 start line
@@ -52,7 +62,7 @@ agent_ms() {
         fi
     done < <(RUST_LOG=info "$bin" agent --scheduler 127.0.0.1:1 --tls-dir "$WORK/tls" \
         --no-speed-probe --no-shipping --scratch-dir "$WORK" 2>&1)
-    pkill -f "^$bin agent" 2>/dev/null || true
+    stop_all "^$bin agent"
 }
 
 # Milliseconds of the first compile through a consumerd started for it.
@@ -63,7 +73,7 @@ compile_ms() {
     (cd "$WORK" && HOME=$home XDG_RUNTIME_DIR=$home XDG_CACHE_HOME=$home/cache XDG_CONFIG_HOME=$home/config \
         "$bin" gcc -c t.c -o "$home/t.o")
     ms=$(( ($(now) - start) / 1000000 ))
-    pkill -f "^$bin consumerd" 2>/dev/null || true
+    stop_all "^$bin consumerd"
     rm -rf "$home"
     echo "$ms"
 }

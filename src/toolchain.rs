@@ -144,10 +144,7 @@ impl Driver {
     /// Parses a file name: an optional target prefix of at least three parts
     /// (`x86_64-linux-gnu-`), the driver, an optional version (`-12`, `-16.0`).
     pub fn from_file_name(name: &str) -> Option<Driver> {
-        let name = match name.rsplit_once('-') {
-            Some((rest, v)) if v.starts_with(|c: char| c.is_ascii_digit()) && v.chars().all(is_version_char) => rest,
-            _ => name,
-        };
+        let name = without_version(name);
         let (prefix, family) = match name.rsplit_once('-') {
             Some((prefix, family)) => (Some(prefix), family),
             None => (None, name),
@@ -188,6 +185,15 @@ impl Driver {
             (_, false) => ("gcc", Lang::C),
             (_, true) => ("g++", Lang::Cxx),
         }
+    }
+}
+
+/// A driver's name without its version suffix: `gcc-12` is `gcc`,
+/// `x86_64-linux-gnu-clang++-14` is `x86_64-linux-gnu-clang++`.
+fn without_version(name: &str) -> &str {
+    match name.rsplit_once('-') {
+        Some((rest, v)) if v.starts_with(|c: char| c.is_ascii_digit()) && v.chars().all(is_version_char) => rest,
+        _ => name,
     }
 }
 
@@ -454,7 +460,7 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
     let queried = query_all(&candidates, &memo);
     for (order, (path, queried)) in candidates.into_iter().zip(queried).enumerate() {
         let (toolchain, package) = match queried {
-            Ok(q) => (q.toolchain, Arc::new(q.package)),
+            Ok(q) => (q.toolchain.clone(), Arc::new(q.package.clone())),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "compiler skipped");
                 continue;
@@ -479,45 +485,56 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
 /// Most threads [`discover`] queries compilers on.
 const MAX_QUERY_THREADS: usize = 8;
 
-/// Each of `candidates` queried, in their order. Names of one binary (`cc`,
-/// `gcc`, `gcc-12`) are queried one after another on one thread, since they
-/// share their files and the memo answers the later ones; different
-/// binaries in parallel, up to the host's CPUs: an agent's start is mostly
-/// the first query of each (a few probe runs, and hashing its package).
-fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Queried, ToolchainError>> {
-    let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+/// Each of `candidates` queried, in their order. Names of one binary that
+/// differ only in a version suffix (`gcc`, `gcc-12`; `clang`, `clang-14`)
+/// run it in the same mode for the same target, so they are queried once,
+/// at the first; the others (`g++` beside `gcc`, a target prefix) each, in
+/// parallel up to the host's CPUs, the memo hashing a file they share once.
+/// An agent's start is mostly these queries: a few probe runs each (a clang
+/// run loads libLLVM) and the hashing of each package.
+fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Arc<Queried>, Arc<ToolchainError>>> {
+    // (binary, name without version) → the first candidate of it; and each candidate's query.
+    let mut firsts: Vec<((PathBuf, &str), usize)> = Vec::new();
+    let mut query_of = Vec::with_capacity(candidates.len());
     for (i, path) in candidates.iter().enumerate() {
         let binary = fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        match groups.iter_mut().find(|(b, _)| *b == binary) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((binary, vec![i])),
+        let name = without_version(path.file_name().and_then(OsStr::to_str).unwrap_or(""));
+        let key = (binary, name);
+        match firsts.iter().position(|(k, _)| *k == key) {
+            Some(n) => query_of.push(n),
+            None => {
+                query_of.push(firsts.len());
+                firsts.push((key, i));
+            }
         }
     }
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let threads = groups.len().min(cpus).min(MAX_QUERY_THREADS);
+    let threads = firsts.len().min(cpus).min(MAX_QUERY_THREADS);
     let next = AtomicUsize::new(0);
     let work = || {
         let mut done = Vec::new();
-        while let Some((_, members)) = groups.get(next.fetch_add(1, Ordering::Relaxed)) {
-            for &i in members {
-                let q = locate(&candidates[i]).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, memo));
-                done.push((i, q));
-            }
+        while let Some(&(_, i)) = firsts.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let q = locate(&candidates[i]).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, memo));
+            done.push((query_of[i], q));
         }
         done
     };
-    let mut slots: Vec<Option<Result<Queried, ToolchainError>>> = candidates.iter().map(|_| None).collect();
+    let mut queried: Vec<Option<Result<Arc<Queried>, Arc<ToolchainError>>>> = vec![None; firsts.len()];
     std::thread::scope(|s| {
         let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
         let mine = work();
-        for (i, q) in helpers.into_iter().flat_map(|h| h.join().unwrap_or_default()).chain(mine) {
-            slots[i] = Some(q);
+        for (n, q) in helpers.into_iter().flat_map(|h| h.join().unwrap_or_default()).chain(mine) {
+            queried[n] = Some(q.map(Arc::new).map_err(Arc::new));
         }
     });
-    // A helper that panicked leaves its slots empty: those compilers are skipped with a reason.
+    // A helper that panicked leaves its queries unanswered: those compilers are skipped with a reason.
     let lost =
         |path: &PathBuf| ToolchainError::Inspect { path: path.clone(), source: io::Error::other("its query panicked") };
-    slots.into_iter().zip(candidates).map(|(q, path)| q.unwrap_or_else(|| Err(lost(path)))).collect()
+    query_of
+        .into_iter()
+        .zip(candidates)
+        .map(|(n, path)| queried[n].clone().unwrap_or_else(|| Err(Arc::new(lost(path)))))
+        .collect()
 }
 
 fn sort_key(d: &Discovered) -> (&str, &str, &str, &Path) {
@@ -536,7 +553,7 @@ struct Rank {
 
 impl Rank {
     fn of(path: &Path, toolchain: &Toolchain, order: usize) -> Self {
-        let name = path.file_name().and_then(OsStr::to_str).unwrap_or("");
+        let name = without_version(path.file_name().and_then(OsStr::to_str).unwrap_or(""));
         Rank { not_canonical: name != toolchain.compiler, decorated: name.contains('-'), len: name.len(), order }
     }
 }
@@ -783,9 +800,15 @@ esac"#,
             found.iter().map(|f| (f.path.clone(), f.toolchain.compiler.as_str())).collect();
         assert_eq!(summary, [(bin.join("g++"), "g++"), (bin.join("gcc"), "gcc"), (extra.clone(), "gcc")]);
         assert_ne!(found[1].toolchain.binary_hash, found[2].toolchain.binary_hash);
+        // One query per binary and name less its version: `gcc` and `gcc-9`
+        // share one; `cc`, `c++`, `g++`, the target-prefixed name and the
+        // extra compiler have their own.
+        let queries = |log: &Path| fs::read_to_string(log).unwrap().lines().filter(|l| *l == "-dumpmachine").count();
+        assert_eq!(queries(&log), 6);
 
-        // Deterministic: the same answer again, now from memoized digests.
+        // Deterministic: the same answer again.
         assert_eq!(discover(Some(&path_env), &[extra]), found);
+        assert_eq!(queries(&log), 12);
         assert!(discover(None, &[]).is_empty());
     }
 
