@@ -243,7 +243,7 @@ struct DigestMemo {
 type DigestSlot = Arc<Mutex<Option<[u8; 32]>>>;
 
 impl DigestMemo {
-    const MAX_ENTRIES: usize = 256;
+    const MAX_ENTRIES: usize = 4096;
 
     /// The slot of `stamp`, made if new. The map's lock is held only here.
     fn slot(&self, stamp: FileStamp) -> DigestSlot {

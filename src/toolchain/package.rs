@@ -37,7 +37,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use ccroute_wire::{Entry, EntryKind, Manifest, ToolchainKind};
-use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::read::elf::{Dyn, FileHeader, ProgramHeader, SectionHeader};
 
 use super::probe::Probe;
 use super::{DigestMemo, FileStamp, ToolchainError};
@@ -433,13 +433,13 @@ fn elf_deps<'d, E: FileHeader<Endian = object::Endianness>, R: object::ReadRef<'
     }
     let sections = header.sections(endian, data).ok()?;
     if let Ok(Some((dynamic, link))) = sections.dynamic(endian, data) {
-        let strings = sections.strings(endian, data, link).ok()?;
+        // The dynamic strings are read whole: a lazy table caps each string
+        // it finds at 4 KiB, and a RUNPATH of a Spack or Nix host is longer.
+        let table = sections.section(link).ok()?.data(endian, data).ok()?;
+        let strings = object::StringTable::new(table, 0, table.len() as u64);
         for d in dynamic {
             let Some(tag) = d.tag32(endian) else { continue };
-            let text = || {
-                let at = u32::try_from(d.d_val(endian).into()).ok()?;
-                strings.get(at).ok().map(|s| String::from_utf8_lossy(s).into_owned())
-            };
+            let text = || d.string(endian, strings).ok().map(|s| String::from_utf8_lossy(s).into_owned());
             match tag {
                 object::elf::DT_NEEDED => deps.needed.extend(text()),
                 object::elf::DT_RPATH => deps.rpath.extend(text().iter().flat_map(|s| split_dirs(s))),
@@ -512,6 +512,29 @@ fn glob_conf(pattern: &str, base: &Path) -> Vec<PathBuf> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A RUNPATH of 5,000 bytes (a Spack host's are), read whole.
+    #[test]
+    fn a_long_runpath_is_read_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs: Vec<String> =
+            (0..100).map(|i| format!("/opt/spack/opt/linux-x86_64/pkg-{i:03}-{}/lib", "h".repeat(20))).collect();
+        let source = tmp.path().join("m.c");
+        fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+        let program = tmp.path().join("m");
+        let out = std::process::Command::new("gcc")
+            .arg(&source)
+            .arg("-o")
+            .arg(&program)
+            .arg(format!("-Wl,--enable-new-dtags,-rpath,{}", dirs.join(":")))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let deps = read_deps(&program).unwrap();
+        assert!(dirs.join(":").len() > 5000);
+        assert_eq!(deps.runpath, dirs);
+        assert!(deps.needed.iter().any(|n| n.starts_with("libc.so")), "{:?}", deps.needed);
+    }
 
     #[test]
     fn elf_closure_of_this_hosts_gcc() {
