@@ -553,7 +553,7 @@ struct Rank {
 
 impl Rank {
     fn of(path: &Path, toolchain: &Toolchain, order: usize) -> Self {
-        let name = without_version(path.file_name().and_then(OsStr::to_str).unwrap_or(""));
+        let name = path.file_name().and_then(OsStr::to_str).unwrap_or("");
         Rank { not_canonical: name != toolchain.compiler, decorated: name.contains('-'), len: name.len(), order }
     }
 }
@@ -810,6 +810,27 @@ esac"#,
         assert_eq!(discover(Some(&path_env), &[extra]), found);
         assert_eq!(queries(&log), 12);
         assert!(discover(None, &[]).is_empty());
+    }
+
+    /// Of one binary's names, the plainest is kept, wherever it stands in
+    /// `PATH`: `gcc` over a `gcc-9` found first.
+    #[test]
+    fn the_plainest_name_of_a_binary_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let (first, second, real) = (d.join("first"), d.join("second"), d.join("real"));
+        for dir in [&first, &second, &real] {
+            fs::create_dir_all(dir).unwrap();
+        }
+        let cc1 = real.join("cc1");
+        fs::write(&cc1, "cc1").unwrap();
+        let gcc = fake_gcc(&real, "x86_64-fake-linux-gnu-gcc-9", &cc1, &d.join("log"));
+        symlink(&gcc, first.join("gcc-9")).unwrap();
+        symlink(&gcc, second.join("gcc")).unwrap();
+        let path_env = std::env::join_paths([&first, &second]).unwrap();
+        let found = discover(Some(&path_env), &[]);
+        let paths: Vec<&Path> = found.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(paths, [second.join("gcc").as_path()]);
     }
 
     /// Threads that want one file's digest at once (two compilers of a host
