@@ -142,7 +142,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
             dispatch = session.next() => {
                 if let Dispatch::Cancel(id) = &dispatch {
                     if let Some(f) = dispatched.get(&id.0) {
-                        stopped_after_a_copy(f, &mut speed, &session, (&state.costs, &hello.body.host_name));
+                        stopped_after_a_copy(f, (&mut speed, conn.rtt()), &session, (&state.costs, &hello.body.host_name));
                     }
                 }
                 if send_dispatch(&conn, &writer, &mut senders, dispatch, (&state, node), &mut dispatched).await.is_err() {
@@ -330,7 +330,7 @@ fn copy_floors(
 /// as it freed its token, and that unit was copied again a second later.
 fn stopped_after_a_copy(
     f: &Flight,
-    speed: &mut Speed,
+    (speed, rtt): (&mut Speed, Duration),
     session: &AgentSession<NetJob>,
     (costs, host): (&super::cost::Costs, &str),
 ) {
@@ -343,8 +343,9 @@ fn stopped_after_a_copy(
     // time: the link's share of answered runs' round trips is taken off. It
     // is both ways, and a stopped run made only the first, so the bound errs
     // high (moves the speed less), and on a link slower than the run there
-    // is none.
-    let ran = f.at.elapsed().saturating_sub(speed.link.unwrap_or_default());
+    // is none. Before the agent's first answer, the connection's round trip
+    // (`rtt`) stands for the link: the least any run's round trip holds.
+    let ran = f.at.elapsed().saturating_sub(speed.link.unwrap_or(rtt));
     let Some(milli) = speed.stopped(cost, ran.as_micros() as f64) else { return };
     if speed.give(milli, session, (costs, host)) {
         tracing::info!(
@@ -817,14 +818,14 @@ mod tests {
         let mut speed = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
         // Nothing learnt since the copy started: the consumerd gave up (a
         // stall of its own, maybe), which says nothing of this agent.
-        stopped_after_a_copy(&stopped, &mut speed, &session, (&costs, "h"));
+        stopped_after_a_copy(&stopped, (&mut speed, Duration::ZERO), &session, (&costs, "h"));
         assert_eq!((speed.given, session.speed()), (1300, 1300));
         // The copy answered in 0.38 s: the unit's history moves to about
         // 0.39 s, so this agent is at most about 0.25 (less by what the run
         // went on while this test ran: a stalled machine's 0.4 s is
         // allowed for).
         costs.took(&e, Duration::from_millis(380));
-        stopped_after_a_copy(&stopped, &mut speed, &session, (&costs, "h"));
+        stopped_after_a_copy(&stopped, (&mut speed, Duration::ZERO), &session, (&costs, "h"));
         assert!((190..=250).contains(&speed.given), "{}", speed.given);
         assert_eq!(session.speed(), speed.given);
         // A bound is not a learnt speed: not kept for the host.
@@ -838,8 +839,14 @@ mod tests {
         let mut thin = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
         session.set_speed(1300);
         thin.linked(Duration::from_millis(1200));
-        stopped_after_a_copy(&over_thin, &mut thin, &session, (&costs, "h"));
+        stopped_after_a_copy(&over_thin, (&mut thin, Duration::from_millis(5)), &session, (&costs, "h"));
         assert!((320..=500).contains(&thin.given), "{}", thin.given);
+        // The same before the agent answered anything, over a connection
+        // whose round trip is 1.2 s: that is taken off instead.
+        let mut unanswered = Speed { probed: true, ln: 1.3f64.ln(), given: 1300, ..learning() };
+        session.set_speed(1300);
+        stopped_after_a_copy(&over_thin, (&mut unanswered, Duration::from_millis(1200)), &session, (&costs, "h"));
+        assert!((320..=500).contains(&unanswered.given), "{}", unanswered.given);
     }
 
     #[test]
