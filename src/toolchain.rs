@@ -290,7 +290,7 @@ struct Queried {
     /// The other programs of its package, by physical path.
     others: Vec<(PathBuf, FileStamp)>,
     /// Its files, for agents that do not have it.
-    package: Package,
+    package: Arc<Package>,
 }
 
 /// Runs the compiler at `path` and returns its identity.
@@ -388,7 +388,7 @@ fn query_located(program: &Path, limit: Duration, memo: &DigestMemo) -> Result<Q
     // The cache checks the driver through the path as given, so that a
     // retargeted symlink is noticed, and the other programs by physical path.
     let driver = FileStamp::of(&meta);
-    Ok(Queried { toolchain, driver, others: packaged.programs, package: packaged.package })
+    Ok(Queried { toolchain, driver, others: packaged.programs, package: Arc::new(packaged.package) })
 }
 
 /// The value of `#define name value` in `-dM` output (empty for a bare define).
@@ -450,23 +450,27 @@ pub fn discover(path_env: Option<&OsStr>, extra: &[PathBuf]) -> Vec<Discovered> 
                 tracing::debug!(path = %path.display(), resolved = %resolved.display(), "not a compiler driver, skipped");
                 continue;
             }
-            candidates.push(path);
+            candidates.push((path, resolved));
         }
     }
-    candidates.extend(extra.iter().cloned());
+    for path in extra {
+        match fs::canonicalize(path) {
+            Ok(resolved) => candidates.push((path.clone(), resolved)),
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "compiler skipped"),
+        }
+    }
 
     // (key, resolved binary) → (rank, entry)
     let mut best: BTreeMap<(u128, PathBuf), (Rank, Discovered)> = BTreeMap::new();
     let queried = query_all(&candidates, &memo);
-    for (order, (path, queried)) in candidates.into_iter().zip(queried).enumerate() {
+    for (order, ((path, resolved), queried)) in candidates.into_iter().zip(queried).enumerate() {
         let (toolchain, package) = match queried {
-            Ok(q) => (q.toolchain.clone(), Arc::new(q.package.clone())),
+            Ok(q) => (q.toolchain.clone(), q.package.clone()),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "compiler skipped");
                 continue;
             }
         };
-        let Ok(resolved) = fs::canonicalize(&path) else { continue };
         let rank = Rank::of(&path, &toolchain, order);
         let slot = (toolchain.key().0, resolved);
         let entry = Discovered { path, toolchain, package };
@@ -492,14 +496,13 @@ const MAX_QUERY_THREADS: usize = 8;
 /// parallel up to the host's CPUs, the memo hashing a file they share once.
 /// An agent's start is mostly these queries: a few probe runs each (a clang
 /// run loads libLLVM) and the hashing of each package.
-fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Arc<Queried>, Arc<ToolchainError>>> {
+fn query_all(candidates: &[(PathBuf, PathBuf)], memo: &DigestMemo) -> Vec<Result<Arc<Queried>, Arc<ToolchainError>>> {
     // (binary, name without version) → the first candidate of it; and each candidate's query.
-    let mut firsts: Vec<((PathBuf, &str), usize)> = Vec::new();
+    let mut firsts: Vec<((&Path, &str), usize)> = Vec::new();
     let mut query_of = Vec::with_capacity(candidates.len());
-    for (i, path) in candidates.iter().enumerate() {
-        let binary = fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+    for (i, (path, binary)) in candidates.iter().enumerate() {
         let name = without_version(path.file_name().and_then(OsStr::to_str).unwrap_or(""));
-        let key = (binary, name);
+        let key = (binary.as_path(), name);
         match firsts.iter().position(|(k, _)| *k == key) {
             Some(n) => query_of.push(n),
             None => {
@@ -514,7 +517,7 @@ fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Arc<Querie
     let work = || {
         let mut done = Vec::new();
         while let Some(&(_, i)) = firsts.get(next.fetch_add(1, Ordering::Relaxed)) {
-            let q = locate(&candidates[i]).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, memo));
+            let q = locate(&candidates[i].0).and_then(|p| query_located(&p, PROBE_TIME_LIMIT, memo));
             done.push((query_of[i], q));
         }
         done
@@ -533,7 +536,7 @@ fn query_all(candidates: &[PathBuf], memo: &DigestMemo) -> Vec<Result<Arc<Querie
     query_of
         .into_iter()
         .zip(candidates)
-        .map(|(n, path)| queried[n].clone().unwrap_or_else(|| Err(Arc::new(lost(path)))))
+        .map(|(n, (path, _))| queried[n].clone().unwrap_or_else(|| Err(Arc::new(lost(path)))))
         .collect()
 }
 

@@ -80,7 +80,7 @@ impl ToolchainMemo {
         let q = query_located(&program, self.limit, &self.memo)?;
         let entry = Arc::new(CacheEntry {
             toolchain: Arc::new(q.toolchain),
-            package: Arc::new(q.package),
+            package: q.package,
             driver: q.driver,
             others: q.others,
         });
