@@ -30,6 +30,14 @@
 //! scheduler allocated) and file-backed pages (its binary's and libraries'
 //! code read in, most of the idle figure), from `/proc/PID/status`.
 //!
+//! What holds the rest: `MEMORY_HEAPTRACK=idle` (or `after`) runs the
+//! scheduler under heaptrack (Debian's `heaptrack`) and kills it at that
+//! point of the run, leaving `target/memory-heaptrack-idle.zst` (or
+//! `-after`): its "leaked" allocations are those live at that moment, and
+//! the two records' stacks, diffed, are what the load left
+//! (`heaptrack_print -f FILE --flamegraph-cost-type leaked -F STACKS`). No
+//! figures are printed then (the process measured would be heaptrack's).
+//!
 //! Left out: the scheduler's CPU (the farm's `scale` preset measures it),
 //! shipped toolchains and inputs (units here are text).
 
@@ -62,11 +70,35 @@ const TEXT_BYTES: usize = 32 << 10;
 /// After ÷ idle the issue asks for.
 const TARGET_RATIO: f64 = 1.20;
 
+/// Where `MEMORY_HEAPTRACK` stops the scheduler to record what is live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Snapshot {
+    Idle,
+    After,
+}
+
+impl Snapshot {
+    fn from_env() -> Result<Option<Snapshot>, BoxError> {
+        match std::env::var("MEMORY_HEAPTRACK").as_deref() {
+            Err(_) => Ok(None),
+            Ok("idle") => Ok(Some(Snapshot::Idle)),
+            Ok("after") => Ok(Some(Snapshot::After)),
+            Ok(other) => Err(format!("MEMORY_HEAPTRACK={other:?}: \"idle\" or \"after\"").into()),
+        }
+    }
+
+    /// heaptrack's output, less the `.zst` it adds.
+    fn output(self) -> String {
+        format!("target/memory-heaptrack-{}", if self == Snapshot::Idle { "idle" } else { "after" })
+    }
+}
+
 fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let full = args.iter().any(|a| a == "--bench");
     let with_cache = args.iter().any(|a| a == "cache");
     let units = if full { 20_000 } else { 300 };
+    let snapshot = Snapshot::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     println!(
         "memory: the scheduler's RSS around a run of {units} units ({AGENTS} agents × {TOKENS} tokens, {LINKS} consumerds, \
@@ -82,7 +114,11 @@ fn main() -> Result<(), BoxError> {
     for cache in runs {
         // The warm-up only without the cache: with it, the window's objects
         // would stay in the memory tier and in the warmed idle.
-        let r = runtime.block_on(run(units, cache, full && !cache, full))?;
+        let Some(r) = runtime.block_on(run(units, cache, full && !cache, full, snapshot))? else {
+            let out = snapshot.map(Snapshot::output).unwrap_or_default();
+            println!("memory: heaptrack's record of the scheduler up to that point: {out}.zst");
+            break;
+        };
         println!("{}", r.line());
         if full && r.ratio() > TARGET_RATIO {
             missed = true;
@@ -194,17 +230,28 @@ impl Drop for SchedulerProcess {
 fn start_scheduler(
     work: &Path,
     tls_dir: &Path,
-    cache: bool,
+    (cache, snapshot): (bool, Option<Snapshot>),
 ) -> Result<(SchedulerProcess, std::net::SocketAddr), BoxError> {
     let log = std::fs::File::create(work.join("scheduler.log"))?;
-    let mut cmd = Command::new(CCROUTE);
+    let mut cmd = match snapshot {
+        Some(at) => {
+            let mut c = Command::new("heaptrack");
+            c.arg("-o").arg(at.output()).arg(CCROUTE);
+            c
+        }
+        None => Command::new(CCROUTE),
+    };
     cmd.args(["scheduler", "--listen", "127.0.0.1:0", "--no-optimizer", "--tls-dir"]).arg(tls_dir);
     if cache {
         cmd.arg("--cache-dir").arg(work.join("cache"));
     } else {
         cmd.arg("--no-cache");
     }
-    let mut child = cmd.env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(log).spawn()?;
+    let mut child =
+        cmd.env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(log).spawn().map_err(|e| match snapshot {
+            Some(_) => format!("heaptrack: {e} (MEMORY_HEAPTRACK needs it: apt-get install heaptrack)"),
+            None => e.to_string(),
+        })?;
     let out = child.stdout.take().ok_or("no stdout")?;
     let process = SchedulerProcess(child);
     let line = std::io::BufRead::lines(std::io::BufReader::new(out))
@@ -238,15 +285,23 @@ fn job(seq: u64, pool: &Bytes, cache: bool) -> RemoteJob {
     }
 }
 
-async fn run(units: usize, cache: bool, warm_up: bool, alone: bool) -> Result<Figures, BoxError> {
+/// One run's figures; `None` when `snapshot` stopped the scheduler.
+async fn run(
+    units: usize,
+    cache: bool,
+    warm_up: bool,
+    alone: bool,
+    snapshot: Option<Snapshot>,
+) -> Result<Option<Figures>, BoxError> {
     let work = tempfile::Builder::new().prefix("ccroute-memory-").tempdir()?;
     let tls_dir = work.path().join("tls");
     let out = Command::new(CCROUTE).args(["certs", "init"]).arg(&tls_dir).output()?;
     if !out.status.success() {
         return Err(format!("certs init: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
-    let (scheduler, addr) = start_scheduler(work.path(), &tls_dir, cache)?;
-    let pid = scheduler.0.id();
+    let (mut scheduler, addr) = start_scheduler(work.path(), &tls_dir, (cache, snapshot))?;
+    // Under heaptrack, the scheduler is a child of its script.
+    let pid = if snapshot.is_some() { launched_by(scheduler.0.id())? } else { scheduler.0.id() };
     let admin = tls::load(&tls_dir, CertRole::Admin)?;
     let mut f = Figures { cache, ..Figures::default() };
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -296,6 +351,9 @@ async fn run(units: usize, cache: bool, warm_up: bool, alone: bool) -> Result<Fi
     tokio::time::sleep(Duration::from_secs(2)).await;
     f.idle = rss_bytes(pid);
     f.idle_parts = rss_parts(pid);
+    if snapshot == Some(Snapshot::Idle) {
+        return stop_for_heaptrack(pid, &mut scheduler, (&stop, &tasks));
+    }
 
     let mut pool = vec![0u8; 4 << 20];
     fill_noise(&mut pool, 0x5eed);
@@ -333,6 +391,9 @@ async fn run(units: usize, cache: bool, warm_up: bool, alone: bool) -> Result<Fi
     tokio::time::sleep(Duration::from_secs(13)).await;
     f.after_15s = rss_bytes(pid);
     f.after_parts = rss_parts(pid);
+    if snapshot == Some(Snapshot::After) {
+        return stop_for_heaptrack(pid, &mut scheduler, (&stop, &tasks));
+    }
     let s = status(addr, &admin).await?;
     f.tier = s.cache.iter().flat_map(|c| c.tiers.iter()).filter(|t| t.name == "memory").map(|t| t.bytes).sum();
     stop.cancel();
@@ -345,7 +406,44 @@ async fn run(units: usize, cache: bool, warm_up: bool, alone: bool) -> Result<Fi
         f.alone_parts = Some(rss_parts(pid));
     }
     drop(scheduler);
-    Ok(f)
+    Ok(Some(f))
+}
+
+/// The `ccroute` process `launcher` (heaptrack's script) started.
+fn launched_by(launcher: u32) -> Result<u32, BoxError> {
+    let ours = std::fs::canonicalize(CCROUTE)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let children =
+            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children")).unwrap_or_default();
+        let found = children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .find(|c| std::fs::read_link(format!("/proc/{c}/exe")).is_ok_and(|exe| exe == ours));
+        if let Some(pid) = found {
+            return Ok(pid);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err("memory: heaptrack started no scheduler in 10 s".into())
+}
+
+/// Kills the scheduler under heaptrack (what it holds now stays "leaked"
+/// in the record), stops the peers, and waits for heaptrack to finish
+/// writing.
+fn stop_for_heaptrack(
+    pid: u32,
+    heaptrack: &mut SchedulerProcess,
+    (stop, tasks): (&CancellationToken, &TaskTracker),
+) -> Result<Option<Figures>, BoxError> {
+    let killed = Command::new("kill").args(["-KILL", &pid.to_string()]).status()?;
+    if !killed.success() {
+        return Err(format!("memory: kill -KILL {pid} failed").into());
+    }
+    stop.cancel();
+    tasks.close();
+    heaptrack.0.wait()?;
+    Ok(None)
 }
 
 /// Submits units `seqs` across the links, at most [`WINDOW`] at once, and
