@@ -108,6 +108,8 @@ if ((!OUT_SET && !QUICK)); then OUT=$REPO/BENCHMARKS.md; fi
 
 NCPU=$(nproc)
 CCROUTE=$REPO/target/release/ccroute
+# What builds run for each compile: the wrapper alone (it starts faster).
+WRAP=$REPO/target/release/ccroute-cc
 
 # The crates whose bundled C sources make the real corpora, pinned so that
 # figures from different days compare the same code.
@@ -142,7 +144,7 @@ install_packages() {
 
 build_ccroute() {
     say "building ccroute (cargo build --release)"
-    (cd "$REPO" && cargo build --release --quiet --bin ccroute) || die "cargo build --release failed"
+    (cd "$REPO" && cargo build --release --quiet --bin ccroute --bin ccroute-cc) || die "cargo build --release failed"
     [[ -x $CCROUTE ]] || die "no binary at $CCROUTE after the build"
 }
 
@@ -583,10 +585,10 @@ compilers_of() {
         cpp) echo "gcc -E|g++ -E" ;;
         distcc) echo "distcc gcc|distcc g++" ;;
         icecc) echo "icecc gcc|icecc g++" ;;
-        ccroute) echo "$CCROUTE gcc|$CCROUTE g++" ;;
+        ccroute) echo "$WRAP gcc|$WRAP g++" ;;
         ccroute-remote)
             local s=$WORK/ccroute/consumerd-remote.sock
-            echo "env CCROUTE_SOCKET=$s $CCROUTE gcc|env CCROUTE_SOCKET=$s $CCROUTE g++"
+            echo "env CCROUTE_SOCKET=$s $WRAP gcc|env CCROUTE_SOCKET=$s $WRAP g++"
             ;;
         ccache) echo "ccache gcc|ccache g++" ;;
     esac
@@ -901,7 +903,7 @@ render() {
         echo "- **icecream**: \`CC='icecc gcc'\`, icecc-scheduler and two iceccd: one that submits (\`--no-remote\`) and one"
         echo "  that compiles (\`-m $NCPU\`), \`ICECC_PREFERRED_HOST\` set to it and \`ICECC_TEST_REMOTEBUILD=1\`, without which"
         echo "  icecc compiles a job in its own process when the chosen daemon is on 127.0.0.1."
-        echo "- **ccroute**: \`CC='ccroute gcc'\`, a scheduler, one agent (\`--jobs\` default: $NCPU) and a consumerd in its"
+        echo "- **ccroute**: \`CC='ccroute-cc gcc'\` (the wrapper alone), a scheduler, one agent (\`--jobs\` default: $NCPU) and a consumerd in its"
         echo "  **default mode**: local slots = CPUs ($NCPU), compiles beyond them go remote while the scheduler's"
         echo "  remote window has room — as their inputs (preprocessed here once to learn which files they read;"
         echo "  the digests sent; the agent fetches what its store lacks and compiles the unmodified command in its"

@@ -44,3 +44,7 @@ pub mod scheduler;
 pub mod test_env;
 pub mod toolchain;
 pub mod wrapper;
+
+/// The package's version and the commit it was built from (see build.rs;
+/// "unknown" outside a git checkout), for `--version`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CCROUTE_COMMIT"), ")");

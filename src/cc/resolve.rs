@@ -37,14 +37,20 @@ pub enum ResolveError {
     },
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Whether `p` is a file this user may run.
+pub fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Whether `candidate` is ccroute: the running executable or a file named `ccroute`.
+/// Whether `candidate` is ccroute: the running executable or a file named
+/// `ccroute` or `ccroute-cc` (a masquerade symlink may lead to either).
 fn is_self(candidate: &Path, self_canonical: Option<&Path>) -> bool {
     match std::fs::canonicalize(candidate) {
-        Ok(c) => Some(c.as_path()) == self_canonical || c.file_name() == Some(OsStr::new("ccroute")),
+        Ok(c) => {
+            Some(c.as_path()) == self_canonical
+                || [OsStr::new("ccroute"), OsStr::new(crate::wrapper::LEAN_NAME)]
+                    .contains(&c.file_name().unwrap_or_default())
+        }
         Err(_) => false,
     }
 }
@@ -117,6 +123,13 @@ mod tests {
         let path = std::env::join_paths([&wrap]).unwrap();
         let err = resolve_compiler(OsStr::new("g++"), Some(&path), &me).unwrap_err();
         assert!(err.to_string().contains("\"g++\" not found"), "{err}");
+        // So is the wrapper alone, ccroute-cc, that a masquerade link may
+        // lead to while ccroute runs (or the other way round).
+        exe(&other.join("ccroute-cc"));
+        symlink(other.join("ccroute-cc"), wrap.join("clang")).unwrap();
+        exe(&real.join("clang"));
+        let path = std::env::join_paths([&wrap, &real]).unwrap();
+        assert_eq!(resolve_compiler(OsStr::new("clang"), Some(&path), &me).unwrap(), real.join("clang"));
     }
 
     #[test]

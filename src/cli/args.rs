@@ -21,9 +21,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
-/// `ccroute --version`: the package's version and the commit it was built
-/// from (see build.rs; "unknown" outside a git checkout).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CCROUTE_COMMIT"), ")");
+/// `ccroute --version`: [`crate::VERSION`].
+pub const VERSION: &str = crate::VERSION;
 
 /// The scheduler's port when an address names none.
 pub const DEFAULT_PORT: u16 = 7300;

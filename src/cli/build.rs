@@ -317,16 +317,20 @@ fn keep_across_exec(f: &std::fs::File) -> std::io::Result<()> {
 }
 
 /// The directory of compiler names leading to ccroute, made or brought up to
-/// date: a symlink for each of [`MASQUERADE_NAMES`] that `PATH` has.
+/// date: a symlink for each of [`MASQUERADE_NAMES`] that `PATH` has, to the
+/// wrapper alone ([`crate::wrapper::LEAN_NAME`]) when it is beside this
+/// executable (it starts faster), else to this executable.
 fn masquerade(config: &crate::wrapper::Config) -> Result<PathBuf, BoxError> {
     config.socket.prepare_dir()?;
     let dir = config.socket.masquerade_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let me = std::fs::canonicalize(&config.self_exe)?;
+    let this = std::fs::canonicalize(&config.self_exe)?;
+    let lean = this.with_file_name(crate::wrapper::LEAN_NAME);
+    let me = if crate::cc::resolve::is_executable(&lean) { lean } else { this.clone() };
     for name in MASQUERADE_NAMES {
         let link = dir.join(name);
         let found = crate::cc::resolve::path_candidates(OsStr::new(name), config.path_var.as_deref())
-            .any(|p| !p.starts_with(&dir) && std::fs::canonicalize(&p).is_ok_and(|c| c != me));
+            .any(|p| !p.starts_with(&dir) && std::fs::canonicalize(&p).is_ok_and(|c| c != me && c != this));
         if !found {
             let _ = std::fs::remove_file(&link);
             continue;

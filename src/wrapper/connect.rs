@@ -31,10 +31,21 @@ pub struct Starter {
 
 impl Starter {
     /// `<this executable> consumerd`, waiting up to 3 s; `None` when the
-    /// executable cannot be named.
+    /// executable cannot be named. Run as [`super::LEAN_NAME`] (the wrapper
+    /// alone, no daemons in it), the `ccroute` beside it.
     pub fn this_executable() -> Option<Starter> {
-        let program = std::env::current_exe().ok()?;
+        let program = daemon_program(std::env::current_exe().ok()?);
         Some(Starter { program, args: vec!["consumerd".into()], wait: Duration::from_secs(3) })
+    }
+}
+
+/// The executable that runs the daemons, given the running one: itself,
+/// or the `ccroute` in its directory when it is [`super::LEAN_NAME`].
+pub fn daemon_program(exe: PathBuf) -> PathBuf {
+    if exe.file_name() == Some(std::ffi::OsStr::new(super::LEAN_NAME)) {
+        exe.with_file_name("ccroute")
+    } else {
+        exe
     }
 }
 

@@ -44,6 +44,40 @@ use session::Session;
 /// Set to print, on stderr, why each compile ran where it did.
 pub const VERBOSE_ENV: &str = "CCROUTE_VERBOSE";
 
+/// The executable that is the wrapper alone (`src/bin/ccroute-cc.rs`).
+pub const LEAN_NAME: &str = "ccroute-cc";
+
+/// Entry point of [`LEAN_NAME`]: `argv` as the process got it. Named as
+/// itself, its first argument is the compiler (`ccroute-cc gcc -c a.c`);
+/// under any other name (a masquerade symlink) that name is. The same
+/// wrapper as `ccroute gcc ...`: only the executable differs. `ccroute` links
+/// the daemons (QUIC, TLS, the runtime), and its start costs in proportion:
+/// many times the relocations for the dynamic loader to apply, and twice
+/// the page faults (`benches/hits.sh` times a direct-mode hit through each;
+/// the README has the figures).
+pub fn lean_main(argv: Vec<OsString>) -> i32 {
+    let invoked_as = argv.first().and_then(|a| Path::new(a).file_name()).map(OsStr::to_os_string);
+    if invoked_as.as_deref() != Some(OsStr::new(LEAN_NAME)) {
+        return main(argv);
+    }
+    match argv.get(1).map(|a| a.to_string_lossy()) {
+        Some(first) if !first.starts_with('-') => main(argv[1..].to_vec()),
+        Some(first) if first == "--version" || first == "-V" => {
+            println!("{LEAN_NAME} {}", crate::VERSION);
+            0
+        }
+        _ => {
+            eprintln!(
+                "usage: {LEAN_NAME} COMPILER ARGS... (or a symlink to it named as the compiler)\n\
+                 Compiles through this user's consumerd, as `ccroute COMPILER ARGS...` does; the \
+                 daemons and the other commands are `ccroute`'s, which {LEAN_NAME} runs from its \
+                 own directory to start a consumerd."
+            );
+            2
+        }
+    }
+}
+
 /// What a wrapper needs besides its arguments.
 #[derive(Debug, Clone)]
 pub struct Config {
