@@ -80,32 +80,46 @@ fn pinned(cpus: Option<&str>, program: &str) -> Command {
     }
 }
 
-fn free_port() -> Result<u16, BoxError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// The metrics address the scheduler logged (it was given port 0: one
+/// picked here and passed down could be taken by another process between).
+async fn logged_metrics_addr(log: &Path) -> Result<String, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(addr) = text.split("metrics on http://").nth(1).and_then(|rest| rest.split("/metrics").next()) {
+            return Ok(addr.to_owned());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the scheduler logged no metrics address in 20 s: {text}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One run: the scheduler's CPU seconds and the tasks answered in the
 /// measured window.
 async fn run(tls: &Path, web: bool, secs: u64) -> Result<(f64, u64), BoxError> {
-    let metrics = format!("127.0.0.1:{}", free_port()?);
     let mut args = vec!["scheduler", "--listen", "127.0.0.1:0", "--no-cache", "--no-optimizer"];
     if web {
-        args.extend(["--metrics", metrics.as_str()]);
+        args.extend(["--metrics", "127.0.0.1:0"]);
     }
+    let log = tls.with_file_name(format!("scheduler-{}.log", if web { "b" } else { "a" }));
     let tls_s = tls.to_string_lossy().into_owned();
     let split = cpu_split();
     let (own, rest) = (split.as_ref().map(|s| s.0.as_str()), split.as_ref().map(|s| s.1.as_str()));
     let mut sched = pinned(own, CCROUTE)
         .args(&args)
         .args(["--tls-dir", &tls_s])
-        .env("RUST_LOG", "warn")
+        // Info from the command line's module only: the metrics address.
+        .env("RUST_LOG", "warn,ccroute::cli=info")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
         .spawn()?;
     let mut line = String::new();
     BufReader::new(sched.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
     let sched = Proc(sched);
     let addr: std::net::SocketAddr = line.trim().rsplit(' ').next().ok_or("no address")?.parse()?;
+    let metrics = if web { logged_metrics_addr(&log).await? } else { String::new() };
     let _agent = Proc(
         pinned(rest, CCROUTE)
             .args(["agent", "--scheduler", &addr.to_string(), "--tls-dir", &tls_s])

@@ -51,20 +51,19 @@ fn scrape(addr: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// A free port on loopback for the metrics listener.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// Where each daemon is told to serve metrics: any free port, read back
+/// from its log ([`common::Daemon::metrics_addr`]).
+const ANY_PORT: &str = "127.0.0.1:0";
 
 #[test]
 fn metrics_scraped_during_a_build_parse_and_match_the_status() {
-    let metrics = format!("127.0.0.1:{}", free_port());
     let mut c = Cluster::new();
-    c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", &metrics]);
-    let agent_metrics = format!("127.0.0.1:{}", free_port());
-    let consumerd_metrics = format!("127.0.0.1:{}", free_port());
-    c.start_agent(&["--jobs", "8", "--metrics", &agent_metrics]);
-    c.start_consumerd_with(1, true, &["--metrics", &consumerd_metrics]);
+    c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", ANY_PORT]);
+    c.start_agent(&["--jobs", "8", "--metrics", ANY_PORT]);
+    c.start_consumerd_with(1, true, &["--metrics", ANY_PORT]);
+    let metrics = c.scheduler.as_ref().unwrap().metrics_addr();
+    let agent_metrics = c.agents[0].metrics_addr();
+    let consumerd_metrics = c.consumerd.as_ref().unwrap().metrics_addr();
     c.wait_ready(1);
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample");
@@ -190,9 +189,9 @@ fn metrics_scraped_during_a_build_parse_and_match_the_status() {
 
 #[test]
 fn the_optimizers_decisions_are_counted_by_kind() {
-    let metrics = format!("127.0.0.1:{}", free_port());
     let mut c = Cluster::new();
-    c.start_scheduler(&["--no-cache", "--metrics", &metrics]);
+    c.start_scheduler(&["--no-cache", "--metrics", ANY_PORT]);
+    let metrics = c.scheduler.as_ref().unwrap().metrics_addr();
     c.start_agent(&["--jobs", "4"]);
     c.wait_ready(1);
     // The optimizer decides once a second per agent; an idle agent's

@@ -97,11 +97,10 @@ fn figure(dom: &str, id: &str) -> Option<f64> {
 
 #[test]
 fn the_web_view_shows_the_farm_live_in_a_real_browser() {
-    let listen =
-        format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
-    let url = format!("http://{listen}");
     let mut c = Cluster::new();
-    c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", &listen]);
+    // Any free port, read back from its log.
+    c.start_scheduler(&["--no-cache", "--no-optimizer", "--metrics", "127.0.0.1:0"]);
+    let url = format!("http://{}", c.scheduler.as_ref().unwrap().metrics_addr());
     let agents = ["web-agent-1", "web-agent-2", "web-agent-3"];
     for name in agents {
         c.start_agent(&["--jobs", "1", "--name", name, "--no-shipping"]);
@@ -162,12 +161,11 @@ fn measured(dom: &str, name: &str) -> i64 {
 
 #[test]
 fn the_page_stays_readable_with_200_agents() {
-    let listen =
-        format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
-    let url = format!("http://{listen}");
     let mut c = Cluster::new();
-    // The optimizer on: its decisions are the page's longest cells.
-    c.start_scheduler(&["--no-cache", "--metrics", &listen]);
+    // The optimizer on: its decisions are the page's longest cells. Any
+    // free port, read back from its log.
+    c.start_scheduler(&["--no-cache", "--metrics", "127.0.0.1:0"]);
+    let url = format!("http://{}", c.scheduler.as_ref().unwrap().metrics_addr());
     // Real agent processes on loopback (the no-op test toolchain: nothing
     // to compile, ~20 MB each), with a farm's names.
     const AGENTS: usize = 200;

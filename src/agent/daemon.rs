@@ -204,6 +204,8 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     })?);
     if let Some(addr) = config.metrics {
         let listener = net::exposition::bind(addr).await.map_err(AgentError::Metrics)?;
+        // Port 0 resolved: the address a scraper is to be given.
+        let addr = listener.local_addr().unwrap_or(addr);
         tracing::info!("metrics on http://{addr}/metrics");
         let source = metrics_source(executor.clone(), config.jobs);
         tokio::spawn(net::exposition::serve(listener, source, shutdown.clone()));

@@ -354,6 +354,8 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
         }
     };
     if let Some((addr, listener)) = metrics {
+        // Port 0 resolved: the address a scraper is to be given.
+        let addr = listener.local_addr().unwrap_or(addr);
         tracing::info!("metrics on http://{addr}/metrics");
         let source = crate::consumerd::metrics::source(daemon.stats(), remote.window(), local_slots);
         tasks.spawn(crate::net::exposition::serve(listener, source, shutdown.clone()));

@@ -50,6 +50,22 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The address its metrics listener took, from its log line: start it
+    /// with `--metrics 127.0.0.1:0` (a port picked here and passed down
+    /// could be taken by another test in between).
+    pub fn metrics_addr(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log_text();
+            let found = log.split("metrics on http://").nth(1).and_then(|rest| rest.split("/metrics").next());
+            if let Some(addr) = found {
+                return addr.to_owned();
+            }
+            assert!(Instant::now() < deadline, "{} logged no metrics address in 20 s\n{log}", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Daemon {
