@@ -51,12 +51,9 @@ ccache_hits() { ccache --print-stats | awk '$1 == "direct_cache_hit" {print $2}'
 recorded() { "$B/ccroute" stats --json | sed -n 's/.*"recorded":\([0-9]*\).*/\1/p'; }
 
 run() { # tool: N compiles
-    local i
-    case $1 in
-        ccroute) for ((i = 0; i < N; i++)); do "$B/ccroute" gcc -O2 -c a.c -o a.o; done ;;
-        ccroute-cc) for ((i = 0; i < N; i++)); do "$B/ccroute-cc" gcc -O2 -c a.c -o a.o; done ;;
-        ccache) for ((i = 0; i < N; i++)); do ccache gcc -O2 -c a.c -o a.o; done ;;
-    esac
+    local i tool
+    case $1 in ccache) tool=ccache ;; *) tool=$B/$1 ;; esac
+    for ((i = 0; i < N; i++)); do "$tool" gcc -O2 -c a.c -o a.o; done
 }
 hits_of() { case $1 in ccache) ccache_hits ;; *) direct_hits ;; esac; }
 

@@ -66,12 +66,17 @@ impl Drop for Consumerds {
     }
 }
 
-fn direct_hits(home: &Path) -> u64 {
+/// The counter `name` of this user's consumerd (`ccroute stats --json`).
+fn counter(home: &Path, name: &str) -> u64 {
     let mut c = Command::new(ccroute());
     c.args(["stats", "--json"]);
     let out = ok(as_user(c, home).output().unwrap(), "ccroute stats --json");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["counters"]["direct_hit"].as_u64().unwrap_or_else(|| panic!("no counters.direct_hit in {v}"))
+    v["counters"][name].as_u64().unwrap_or_else(|| panic!("no counters.{name} in {v}"))
+}
+
+fn direct_hits(home: &Path) -> u64 {
+    counter(home, "direct_hit")
 }
 
 /// Waits until the consumerd has recorded `n` compiles (it records after
@@ -79,14 +84,11 @@ fn direct_hits(home: &Path) -> u64 {
 fn wait_recorded(home: &Path, n: u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let mut c = Command::new(ccroute());
-        c.args(["stats", "--json"]);
-        let out = ok(as_user(c, home).output().unwrap(), "ccroute stats --json");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        if v["counters"]["recorded"].as_u64().unwrap_or(0) >= n {
+        let recorded = counter(home, "recorded");
+        if recorded >= n {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "the compile was not recorded in 20 s: {v}");
+        assert!(std::time::Instant::now() < deadline, "{recorded} of {n} compiles recorded after 20 s");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -96,7 +98,7 @@ fn the_wrapper_alone_starts_a_consumerd_compiles_and_is_answered_from_its_cache(
     let t = tempfile::tempdir().unwrap();
     let home = t.path().join("home");
     std::fs::create_dir_all(home.join("run")).unwrap();
-    let _consumerds = Consumerds(home.join("run"));
+    let consumerds = Consumerds(home.join("run"));
     let src = t.path().join("a.c");
     std::fs::write(&src, "#include <stdio.h>\nint twice(int x) { return 2 * x; }\n").unwrap();
     // Older than any compile: a source written just now is not cached.
@@ -121,7 +123,7 @@ fn the_wrapper_alone_starts_a_consumerd_compiles_and_is_answered_from_its_cache(
     };
     // No consumerd yet: this one starts `ccroute consumerd`, and compiles.
     assert_eq!(compile(through_lean(), "ccroute-cc gcc -c"), std::fs::read(&plain).unwrap());
-    assert!(!_consumerds.pids().is_empty(), "no consumerd was started for the wrapper");
+    assert!(!consumerds.pids().is_empty(), "no consumerd was started for the wrapper");
     assert_eq!(direct_hits(&home), 0);
     wait_recorded(&home, 1);
     // The same compile again: the consumerd's direct-mode cache answers.

@@ -21,16 +21,13 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
-/// `ccroute --version`: [`crate::VERSION`].
-pub const VERSION: &str = crate::VERSION;
-
 /// The scheduler's port when an address names none.
 pub const DEFAULT_PORT: u16 = 7300;
 
 /// ccroute: distributed C/C++ compiles. `ccroute <compiler> <args>…` runs
 /// one compile through the local consumerd.
 #[derive(Debug, Parser)]
-#[command(name = "ccroute", version = VERSION, disable_help_subcommand = true)]
+#[command(name = "ccroute", version = crate::VERSION, disable_help_subcommand = true)]
 pub struct Cli {
     /// Log lines as JSON.
     #[arg(long, global = true, env = "CCROUTE_LOG_JSON")]
