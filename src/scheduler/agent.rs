@@ -358,6 +358,15 @@ fn stopped_after_a_copy(
 }
 
 /// A task dispatched to the agent and not answered yet.
+/// Lets go of the table of tasks in flight once it empties, if a load grew
+/// it: it would otherwise keep its largest size for as long as the agent
+/// stays connected.
+fn release_if_empty(dispatched: &mut HashMap<u64, Flight>) {
+    if dispatched.is_empty() && dispatched.capacity() > 64 {
+        *dispatched = HashMap::new();
+    }
+}
+
 struct Flight {
     at: Instant,
     /// A copy of it was started on another agent: what its unit was
@@ -550,7 +559,9 @@ fn on_frame(
         // The frame reader hands over exactly the declared payload.
         Message::TaskResult(header) => {
             state.metrics.received(frame.payload.len());
-            if let Some(f) = dispatched.remove(&header.task_id) {
+            let flight = dispatched.remove(&header.task_id);
+            release_if_empty(dispatched);
+            if let Some(f) = flight {
                 let took = f.at.elapsed();
                 state.metrics.compile.observe(took);
                 // The agent's own time on it (inputs fetched and compiled):
@@ -636,6 +647,7 @@ async fn send_dispatch(
         Dispatch::Cancel(id) => {
             shipping.inputs_ended(node, id.0);
             dispatched.remove(&id.0);
+            release_if_empty(dispatched);
             if let Some(web) = &state.web {
                 web.stopped(id.0);
             }
