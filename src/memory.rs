@@ -24,9 +24,9 @@
 //! nothing on its hot paths). [`release_free_memory`] does it, off the async
 //! workers: a trim of a large heap takes milliseconds.
 //!
-//! [`bound_retained_memory`] fixes malloc's thresholds at an agent's start,
-//! so that its large buffers (sources, objects, compressed frames) do not
-//! teach malloc to keep tens of MiB per arena in the first place.
+//! [`bound_retained_memory`] fixes malloc's thresholds at a daemon's start
+//! ([`Retention`]), so that its large buffers (sources, objects, compressed
+//! frames) do not teach malloc to keep MiBs per arena in the first place.
 //!
 //! Left out: other allocators (both functions do nothing without glibc);
 //! what a daemon keeps on purpose (the result cache's memory tier, bounded
@@ -122,31 +122,68 @@ pub fn release_free_memory() {
     }
 }
 
-/// Fixes glibc malloc's thresholds for a daemon that now and then handles
-/// buffers of megabytes (an agent or a consumerd: preprocessed texts,
-/// sources, objects, compressed frames):
-/// allocations of 1 MiB and more are mapped on their own and unmapped when
-/// freed, and an arena's free top beyond 4 MiB goes back to the system.
-/// Left alone, glibc raises both thresholds each time it frees a large
-/// mapped block (up to 32 MiB and 64 MiB), after which every arena keeps
-/// that much freed memory: an agent of the soak (`scripts/soak --duration
-/// 60`) grew from 57 to 104–131 MiB with about 10 MiB in use; with these,
-/// 25 to 56–68 MiB (and the agent's periodic [`release_free_memory`] takes
-/// back most of the rest). A consumerd of the same soak: 129 MiB at its end
-/// with under 1 MiB in use (three arenas each keeping a free top of ~32 MiB,
-/// which `malloc_trim` leaves alone outside the main arena); with these,
-/// 21 MiB. Call before any thread starts; nothing with another allocator.
-pub fn bound_retained_memory() {
+/// malloc's two thresholds, fixed for the life of a daemon by
+/// [`bound_retained_memory`]: allocations of `mmap` bytes and more are
+/// mapped on their own and unmapped when freed, and an arena's free top
+/// beyond `trim` bytes goes back to the system as it is freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Bytes from which an allocation is mapped on its own.
+    pub mmap: usize,
+    /// Bytes of free top an arena keeps.
+    pub trim: usize,
+}
+
+impl Retention {
+    /// For a daemon that now and then handles buffers of megabytes (an
+    /// agent or a consumerd: preprocessed texts, sources, objects,
+    /// compressed frames): 1 MiB and 4 MiB.
+    ///
+    /// Left alone, glibc raises both thresholds each time it frees a large
+    /// mapped block (up to 32 MiB and 64 MiB), after which every arena keeps
+    /// that much freed memory: an agent of the soak (`scripts/soak --duration
+    /// 60`) grew from 57 to 104–131 MiB with about 10 MiB in use; with these,
+    /// 25 to 56–68 MiB (and the agent's periodic [`release_free_memory`] takes
+    /// back most of the rest). A consumerd of the same soak: 129 MiB at its end
+    /// with under 1 MiB in use (three arenas each keeping a free top of ~32 MiB,
+    /// which `malloc_trim` leaves alone outside the main arena); with these,
+    /// 21 MiB.
+    pub const WORKER: Retention = Retention { mmap: 1 << 20, trim: 4 << 20 };
+
+    /// For the scheduler, whose buffers are frames of at most 64 KiB (a
+    /// larger payload comes on a stream of its own, read into a buffer of
+    /// its size) and whose RSS should come back after a load: 256 KiB and
+    /// 128 KiB. Left alone, `cargo bench --bench memory` read it 15 s after
+    /// its run at ~22 MiB in 3 runs of 9 (its anonymous memory ~10 MiB even
+    /// once every peer had left: its worker threads' arenas kept their free
+    /// tops), ~16.2 MiB in the others (idle 11.9); with these thresholds (as
+    /// `MALLOC_*_THRESHOLD_` variables), 16.0–16.4 MiB in 4 runs of 4; with
+    /// [`Retention::WORKER`]'s, 16.5–17.0 in 3 of 3.
+    pub const SCHEDULER: Retention = Retention { mmap: 256 << 10, trim: 128 << 10 };
+}
+
+/// Fixes glibc malloc's thresholds (see [`Retention`]), which glibc would
+/// otherwise raise as large blocks are freed. Call before any thread
+/// starts; nothing with another allocator.
+pub fn bound_retained_memory(r: Retention) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
+        let (mmap, trim) = (clamp_to_c_int(r.mmap), clamp_to_c_int(r.trim));
         #[allow(unsafe_code)]
         // SAFETY: mallopt takes no pointer; it sets two of malloc's tunables
         // and is called before any other thread exists.
         unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 4 << 20);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, mmap);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, trim);
         }
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = r;
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn clamp_to_c_int(bytes: usize) -> libc::c_int {
+    libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX)
 }
 
 #[cfg(test)]

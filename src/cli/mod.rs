@@ -127,16 +127,19 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             );
             Ok(())
         }
-        Command::Scheduler(a) => runtime(None)?.block_on(scheduler(a)),
+        Command::Scheduler(a) => {
+            crate::memory::bound_retained_memory(crate::memory::Retention::SCHEDULER);
+            runtime(None)?.block_on(scheduler(a))
+        }
         Command::Agent(a) => {
-            crate::memory::bound_retained_memory();
+            crate::memory::bound_retained_memory(crate::memory::Retention::WORKER);
             let file = args::load_file()?;
             let jobs = a.jobs.or(file.jobs).unwrap_or_else(crate::host::online_cpus);
             // Each running compile holds a blocking thread while it waits.
             runtime(Some(jobs as usize + 16))?.block_on(agent(a, file, jobs))
         }
         Command::Consumerd(a) => {
-            crate::memory::bound_retained_memory();
+            crate::memory::bound_retained_memory(crate::memory::Retention::WORKER);
             runtime(None)?.block_on(consumerd(a))
         }
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
