@@ -256,22 +256,36 @@ struct Redis {
 }
 
 impl Redis {
+    /// A Redis on a free port: picked by binding port 0 and letting go of
+    /// it, so another process may take it first; Redis then exits at start,
+    /// and another port is tried.
     fn start() -> Redis {
         let have = Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success());
         assert!(have, "redis-server is not installed (apt-get install -y redis-server; ./scripts/test does it)");
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        let mut exits = Vec::new();
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut redis = Redis { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(status) = redis.child.try_wait().unwrap() {
+                    exits.push(format!("port {port}: {status}"));
+                    break;
+                }
+                if answers_ping(port) {
+                    return redis;
+                }
+                assert!(Instant::now() < deadline, "redis-server on port {port} did not answer PING in 10 s");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        Redis { child, port }
+        panic!("redis-server exited at start on five ports in turn (taken?): {exits:?}");
     }
 
     fn url(&self) -> String {
@@ -282,6 +296,15 @@ impl Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether a Redis on `port` answers PING (not merely whoever holds the port).
+fn answers_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 impl Drop for Redis {

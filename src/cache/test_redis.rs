@@ -16,18 +16,34 @@ pub(crate) struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one on a free port.
+    /// Starts one on a free port. The port is picked by binding port 0 and
+    /// letting go of it, so another process may take it before Redis binds
+    /// it: Redis then exits at start, and another port is tried.
     ///
     /// # Panics
     /// When `redis-server` is not installed (the tests must not pass without
-    /// it) or does not answer within ten seconds.
+    /// it), or does not answer within ten seconds, or five ports in turn
+    /// were taken.
     pub(crate) fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        RedisServer::start_on(port)
+        for _ in 0..4 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            if let Ok(server) = RedisServer::try_start_on(port) {
+                return server;
+            }
+        }
+        RedisServer::start_on(TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
     }
 
     /// Starts one on `port`, e.g. again after [`RedisServer::kill`].
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`], or when Redis exits at start (the port is taken).
     pub(crate) fn start_on(port: u16) -> RedisServer {
+        RedisServer::try_start_on(port).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// Starts one on `port`; `Err` when it exits at start (the port is taken).
+    fn try_start_on(port: u16) -> Result<RedisServer, String> {
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
@@ -45,18 +61,18 @@ impl RedisServer {
             Err(e) => panic!("cannot start redis-server: {e}"),
         };
         let mut server = RedisServer { child: Some(child), port, _dir: dir };
-        server.wait_ready();
-        server
+        server.wait_ready()?;
+        Ok(server)
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!("redis-server on port {} exited at start ({status})", self.port);
+                return Err(format!("redis-server on port {} exited at start ({status})", self.port));
             }
             if ping(self.port) {
-                return;
+                return Ok(());
             }
             assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
             std::thread::sleep(Duration::from_millis(20));
