@@ -420,8 +420,9 @@ async fn write_loop(mut send: SendStream, mut rx: mpsc::Receiver<Command>, state
 /// Lets go of what a burst of frames grew, once the writer's queue is
 /// empty: kept, each writer would hold its largest batch (up to
 /// [`WRITE_BATCH`] commands of ~200 bytes) and header buffer for as long as
-/// its stream lives and stays quiet, ~0.6 MiB of a scheduler's RSS after a
-/// load over 12 peers (`cargo bench --bench memory`). A small batch keeps
+/// its stream lives and stays quiet: 0.6 MB of a scheduler's live heap 15 s
+/// after a load, over 12 peers (`MEMORY_HEAPTRACK=after cargo bench --bench
+/// memory`), in pages the load had touched. A small batch keeps
 /// its room; the header buffer, whose encoded bytes quinn holds until they
 /// are acknowledged, always goes.
 fn release_batch_buffers(commands: &mut Vec<Command>, headers: &mut BytesMut, chunks: &mut Vec<Bytes>) {

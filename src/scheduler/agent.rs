@@ -357,7 +357,6 @@ fn stopped_after_a_copy(
     }
 }
 
-/// A task dispatched to the agent and not answered yet.
 /// Lets go of the table of tasks in flight once it empties, if a load grew
 /// it: it would otherwise keep its largest size for as long as the agent
 /// stays connected.
@@ -367,6 +366,7 @@ fn release_if_empty(dispatched: &mut HashMap<u64, Flight>) {
     }
 }
 
+/// A task dispatched to the agent and not answered yet.
 struct Flight {
     at: Instant,
     /// A copy of it was started on another agent: what its unit was
