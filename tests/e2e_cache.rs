@@ -6,10 +6,13 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+// The library's test Redis (a real `redis-server` on a free port), shared rather than written twice.
+#[path = "../src/cache/test_redis.rs"]
+#[allow(dead_code)]
+mod test_redis;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccroute::agent::executor::test_object;
@@ -250,72 +253,9 @@ fn the_second_build_of_the_sample_is_served_from_the_cache() {
     assert_eq!(totals(&c, "completed"), compiled, "nothing compiled again");
 }
 
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    /// A Redis on a free port: picked by binding port 0 and letting go of
-    /// it, so another process may take it first; Redis then exits at start,
-    /// and another port is tried.
-    fn start() -> Redis {
-        let have = Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success());
-        assert!(have, "redis-server is not installed (apt-get install -y redis-server; ./scripts/test does it)");
-        let mut exits = Vec::new();
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let mut redis = Redis { child, port };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(status) = redis.child.try_wait().unwrap() {
-                    exits.push(format!("port {port}: {status}"));
-                    break;
-                }
-                if answers_ping(port) {
-                    return redis;
-                }
-                assert!(Instant::now() < deadline, "redis-server on port {port} did not answer PING in 10 s");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server exited at start on five ports in turn (taken?): {exits:?}");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether a Redis on `port` answers PING (not merely whoever holds the port).
-fn answers_ping(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut buf = [0; 7];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 #[test]
 fn two_schedulers_share_hits_through_redis() {
-    let redis = Redis::start();
+    let redis = test_redis::RedisServer::start();
     let mut a = Cluster::new();
     let args_a = vec![
         "--cache-dir".into(),
@@ -378,7 +318,7 @@ fn two_schedulers_share_hits_through_redis() {
 
 #[test]
 fn killing_redis_mid_build_does_not_fail_the_build() {
-    let mut redis = Redis::start();
+    let mut redis = test_redis::RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     common::project::generate(dir.path(), common::project::Shape { c: 10, cxx: 3 });
     let mut c = Cluster::new();
