@@ -23,6 +23,44 @@ pub fn monotonic_ns() -> u64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
+/// The wall clock as the kernel stamps files from it
+/// (`CLOCK_REALTIME_COARSE`), in nanoseconds since the Unix epoch: a file
+/// written after this reading is stamped no earlier than it (on a
+/// filesystem that keeps nanoseconds). `None` if it cannot be read.
+pub fn file_stamp_clock_ns() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    #[allow(unsafe_code)]
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+}
+
+/// How far behind the wall clock the stamps the kernel gives files can be,
+/// in nanoseconds: the resolution of `CLOCK_REALTIME_COARSE`, the clock it
+/// stamps them from, which moves once a tick (4 ms at `HZ` 250, 10 ms at
+/// 100). Read once. Between 1 and 20 ms: a clock that cannot be read is
+/// taken as the slowest common tick, 10 ms.
+pub fn file_stamp_tick_ns() -> i64 {
+    static TICK: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        #[allow(unsafe_code)]
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+        let rc = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+        let ns = ts.tv_sec.saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec);
+        if rc == 0 {
+            ns.clamp(1_000_000, 20_000_000)
+        } else {
+            10_000_000
+        }
+    })
+}
+
 /// This host's name.
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -52,7 +52,7 @@ pub fn direct_job(plan: &RemotePlan, args: &[OsString], cwd: &Path, colors: bool
             env.push(((*k).to_owned(), v.as_bytes().to_vec()));
         }
     }
-    let started_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    let started_ns = crate::host::file_stamp_clock_ns()?;
     Some(DirectJob {
         cwd: bytes(cwd),
         args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
@@ -63,7 +63,7 @@ pub fn direct_job(plan: &RemotePlan, args: &[OsString], cwd: &Path, colors: bool
         env,
         colors,
         cxx: plan.language.is_cxx(),
-        started_ns: u64::try_from(started_ns).ok()?,
+        started_ns,
     })
 }
 

@@ -119,8 +119,10 @@ pub struct DirectJob {
     pub colors: bool,
     /// The input is C++ (its system include directories are C++'s).
     pub cxx: bool,
-    /// When the wrapper started, in nanoseconds since the Unix epoch: a file
-    /// changed after this may have been read half old, half new.
+    /// When the wrapper started, in nanoseconds since the Unix epoch, read
+    /// from the clock the kernel stamps files from (`CLOCK_REALTIME_COARSE`),
+    /// so that a file written later is stamped no earlier: a file changed
+    /// after this may have been read half old, half new.
     pub started_ns: u64,
 }
 

@@ -33,7 +33,7 @@ use ccroute_wire::local::DirectJob;
 use ccroute_wire::InputFile;
 
 use super::files::{normalize, probed_names, Marks};
-use super::{now_ns, os, DirectCache, CHANGED_MARGIN_NS};
+use super::{changed_after, now_ns, os, DirectCache};
 
 /// The files of one unit and where each digest can be read again.
 #[derive(Debug, Clone, Default)]
@@ -65,8 +65,7 @@ impl DirectCache {
         if !cwd.is_absolute() || cwd.to_str().is_none() {
             return Err("the working directory is not an absolute UTF-8 path");
         }
-        let started = i64::try_from(job.started_ns).unwrap_or(i64::MAX);
-        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let changed_after = changed_after(job.started_ns);
         let now = now_ns();
         let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
         let system = self.system_dirs(compiler, job.cxx);

@@ -70,13 +70,33 @@ pub const MAX_MANIFESTS: usize = 50_000;
 /// Absent paths one entry may list; a unit that would need more is not recorded.
 const MAX_ABSENT: usize = 20_000;
 
-/// A file whose stamp is this close to the compile's start (or later) may
-/// have changed while the compile read it: the kernel stamps files from a
-/// coarse clock, which lags the wall clock by up to a tick (10 ms at the
-/// slowest common `HZ`, 100). A header generated just before the build
-/// (cmake's `config.h`) is usually older than this by the time its first
-/// compile starts.
-const CHANGED_MARGIN_NS: i64 = 20_000_000;
+/// How much a filesystem that keeps whole seconds (ext4 with 128-byte
+/// inodes, some NFS servers; FAT keeps two) may take off a stamp.
+const WHOLE_SECONDS_NS: i64 = 2_000_000_000;
+
+/// Whether a file stamped `stamp_ns` may have been written at or after
+/// `started_ns`, a compile's start. The wrapper reads its start from the
+/// coarse clock the kernel stamps files from, and a file written later is
+/// stamped no earlier; two ticks (`tick_ns`) are allowed on top, for a
+/// wrapper that read the finer wall clock, which the coarse one lags by up
+/// to a tick (a little more when a tick comes late). A filesystem that keeps
+/// whole seconds truncates the rest: a stamp with no fraction of a second
+/// is taken to be from one. Such a file may not be what the compile read:
+/// its digest cannot stand for it. A header generated just before the build
+/// (cmake's `config.h`, ~20 ms before the first compile here) is usually
+/// older than that.
+fn may_have_changed_after(stamp_ns: i64, started_ns: i64, tick_ns: i64) -> bool {
+    let truncated = if stamp_ns.rem_euclid(1_000_000_000) == 0 { WHOLE_SECONDS_NS } else { 0 };
+    stamp_ns >= started_ns.saturating_sub(2 * tick_ns + truncated)
+}
+
+/// [`may_have_changed_after`] a compile that started at `started_ns` (as
+/// the wrapper read it), on this host's tick.
+fn changed_after(started_ns: u64) -> impl Fn(i64) -> bool {
+    let started = i64::try_from(started_ns).unwrap_or(i64::MAX);
+    let tick = crate::host::file_stamp_tick_ns();
+    move |stamp| may_have_changed_after(stamp, started, tick)
+}
 
 /// Options that make the compile read a file its dependency output does not
 /// list (profiles, sanitizer lists, plugins, spec files): a unit with one is
@@ -422,8 +442,7 @@ impl DirectCache {
         // the compile (another found in its place) shows only in its
         // directory's stamp. (Directories of the project's own headers are
         // not asked: a build writes its objects there.)
-        let started = i64::try_from(task.job.started_ns).unwrap_or(i64::MAX);
-        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let changed_after = changed_after(task.job.started_ns);
         let dirs: std::collections::HashSet<&Path> = whole.difference(&own).filter_map(|p| p.parent()).collect();
         if dirs.into_iter().any(|d| dir_changed(d, &changed_after)) {
             return Err("a system header moved before it was indexed");
@@ -462,8 +481,7 @@ impl DirectCache {
     ) -> Result<(), &'static str> {
         let cwd = os(&job.cwd);
         let input = normalize(cwd, os(&job.input));
-        let started = i64::try_from(job.started_ns).unwrap_or(i64::MAX);
-        let changed_after = |ns: i64| ns >= started.saturating_sub(CHANGED_MARGIN_NS);
+        let changed_after = changed_after(job.started_ns);
         let now = now_ns();
         let source = self.files.digest(&input, now).map_err(|_| "the input cannot be read")?;
         if source.digest != probe.input_digest || changed_after(source.changed_ns) {

@@ -75,3 +75,53 @@ fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
     .collect();
     assert_eq!(got, vec![d("src/inc2/x.h"), d("src/x.h"), t.path().join("x.h"), d("inc1/x.h")]);
 }
+
+#[test]
+fn a_stamp_may_follow_a_start_by_two_ticks_or_by_the_seconds_a_filesystem_drops() {
+    const MS: i64 = 1_000_000;
+    let started = 1_000_000_000_000 + 500 * MS;
+    let tick = 4 * MS;
+    // cmake wrote the header 19 ms before the first compile started: older
+    // than two ticks of 4 ms, so its digest stands for what was read.
+    assert!(!may_have_changed_after(started - 19 * MS, started, tick));
+    assert!(!may_have_changed_after(started - 8 * MS - 1, started, tick));
+    // Within two ticks, or after: it may have been written during the compile.
+    assert!(may_have_changed_after(started - 8 * MS, started, tick));
+    assert!(may_have_changed_after(started - MS, started, tick));
+    assert!(may_have_changed_after(started + 300 * MS, started, tick));
+    // At `HZ` 100 the window is 20 ms.
+    assert!(may_have_changed_after(started - 19 * MS, started, 10 * MS));
+    // A stamp with no fraction of a second: written up to 2 s later than it says.
+    let whole = 1_000_000_000_000;
+    assert!(may_have_changed_after(whole, started, tick));
+    assert!(may_have_changed_after(whole - 1_000 * MS, started, tick));
+    assert!(!may_have_changed_after(whole - 2_000 * MS, started, tick));
+    assert!(!may_have_changed_after(whole - 1_000 * MS + 1, started, tick));
+}
+
+#[test]
+fn a_file_written_after_the_stamp_clock_was_read_is_stamped_no_earlier() {
+    // What the wrapper's start stands on, on this host's filesystem: for
+    // each write, the reading taken before it is no later than its stamp.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.h");
+    let tick = crate::host::file_stamp_tick_ns();
+    assert!((1_000_000..=20_000_000).contains(&tick), "{tick}");
+    for i in 0..2_000 {
+        let started = i64::try_from(crate::host::file_stamp_clock_ns().unwrap()).unwrap();
+        std::fs::write(&path, i.to_string()).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let stamp =
+            files::stamp_ns(meta.mtime(), meta.mtime_nsec()).max(files::stamp_ns(meta.ctime(), meta.ctime_nsec()));
+        // (A filesystem that keeps whole seconds truncates: the window covers that.)
+        if stamp % 1_000_000_000 != 0 {
+            assert!(
+                stamp >= started,
+                "write {i}: stamped {stamp}, {} ns before the reading {started}",
+                started - stamp
+            );
+        }
+        assert!(may_have_changed_after(stamp, started, tick));
+    }
+}
