@@ -125,3 +125,59 @@ fn a_file_written_after_the_stamp_clock_was_read_is_stamped_no_earlier() {
         assert!(may_have_changed_after(stamp, started, tick));
     }
 }
+
+/// A filesystem that keeps whole seconds, mounted for a test (as root) and
+/// unmounted when dropped.
+struct WholeSecondsMount {
+    dir: tempfile::TempDir,
+}
+
+impl WholeSecondsMount {
+    /// ext4 with 128-byte inodes, which have no room for nanoseconds.
+    fn new() -> WholeSecondsMount {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        std::fs::File::create(&image).unwrap().set_len(8 << 20).unwrap();
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (e2fsprogs and mount are needed)"));
+            assert!(out.status.success(), "{cmd:?}: {} (this test runs as root)", String::from_utf8_lossy(&out.stderr));
+        };
+        run(std::process::Command::new("mkfs.ext4").args(["-q", "-F", "-I", "128"]).arg(&image));
+        std::fs::create_dir(dir.path().join("m")).unwrap();
+        run(std::process::Command::new("mount").args(["-o", "loop"]).arg(&image).arg(dir.path().join("m")));
+        WholeSecondsMount { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("m")
+    }
+}
+
+impl Drop for WholeSecondsMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.path()).status();
+    }
+}
+
+#[test]
+fn a_file_written_during_a_compile_on_a_filesystem_of_whole_seconds_counts_as_changed() {
+    let mount = WholeSecondsMount::new();
+    let path = mount.path().join("conf.h");
+    let files = Files::default();
+    let mut earlier = 0;
+    for i in 0..20 {
+        let started = crate::host::file_stamp_clock_ns().unwrap();
+        std::fs::write(&path, format!("#define VALUE {i}\n")).unwrap();
+        let d = files.digest(&path, now_ns()).unwrap();
+        assert_eq!(d.changed_ns % 1_000_000_000, 0, "not a filesystem of whole seconds");
+        // Stamped before the start it followed (unless the second just began) ...
+        if d.changed_ns < i64::try_from(started).unwrap() - 20_000_000 {
+            earlier += 1;
+        }
+        // ... and still counted as changed since.
+        assert!(changed_after(started)(d.changed_ns), "write {i}");
+        std::thread::sleep(std::time::Duration::from_millis(37));
+    }
+    // The case the window is for happened (a fixed 20 ms missed each of these).
+    assert!(earlier > 0);
+}
