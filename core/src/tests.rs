@@ -1523,7 +1523,7 @@ fn a_copy_sent_where_a_cancelled_copy_of_the_same_attempt_still_runs_is_run_afte
 /// neither ends the task nor keeps the copy from running.
 #[test]
 fn a_copy_waiting_behind_a_cancelled_one_and_handed_the_task_runs_it() {
-    let (s, mut b, back, mut cd, mut c, t) = a_cancelled_copy_on_c_of::<FallibleJob>();
+    let (s, b, back, mut cd, mut c, t) = a_cancelled_copy_on_c_of::<FallibleJob>();
     assert_eq!(dispatches(&mut c), vec![format!("cancel {}", t.0)]);
     drop(back);
     assert!(b.hedge(t, 0), "copied again, to c's second token");
@@ -1543,7 +1543,7 @@ fn a_copy_waiting_behind_a_cancelled_one_and_handed_the_task_runs_it() {
 /// runs nowhere.
 #[test]
 fn a_stopped_copy_with_no_copy_waiting_clears_its_copy_word() {
-    let (s, mut b, back, mut cd, t) = cut_off_and_back_of::<FallibleJob>();
+    let (s, b, back, mut cd, t) = cut_off_and_back_of::<FallibleJob>();
     let mut c = s.connect_agent(peer(4), &[tc("gcc")], 2);
     assert!(b.hedge(t, 0), "a straggler's copy on c");
     let Some(Dispatch::Assign(task)) = c.poll() else { panic!("the copy was not sent") };
