@@ -26,7 +26,8 @@ fn require(program: &str) {
     assert!(found, "{program} is needed; install it (scripts/test does, as root)");
 }
 
-/// A scheduler, an agent that can make the sandbox (its own store), and a
+/// A scheduler, an agent that can make the sandbox (its own store, named
+/// relative to where it started, as an operator may type it), and a
 /// consumerd that sends every unit remote.
 fn cluster() -> Cluster {
     for p in ["gcc", "g++", "clang", "clang++", "bwrap"] {
@@ -34,8 +35,7 @@ fn cluster() -> Cluster {
     }
     let mut c = Cluster::new();
     c.start_scheduler(&[]);
-    let store = c.dir.path().join("agent-store");
-    c.start_agent(&["--jobs", "2", "--store-dir", store.to_str().unwrap()]);
+    c.start_agent_in_cluster_dir(&["--jobs", "2", "--store-dir", "agent-store", "--scratch-dir", "."]);
     c.start_consumerd(1, true);
     c.wait_ready(1);
     let s = c.status();

@@ -180,11 +180,23 @@ pub enum AgentError {
     NoToolchains,
 }
 
+/// `path` from the agent's working directory when relative (as typed on
+/// its command line); as given when that directory cannot be read.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
 /// Runs the agent until `shutdown` is cancelled.
 ///
 /// # Errors
 /// [`AgentError`] when it cannot start; connection trouble is retried, not returned.
-pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+    // The sandbox and the compilers are handed these by path, from other
+    // working directories: a relative one is taken from here, once.
+    config.scratch_parent = absolute(&config.scratch_parent);
+    if let Some(store) = &mut config.shipping {
+        store.dir = absolute(&store.dir);
+    }
     let (toolchains, paths, packages) = offered(&config).await;
     let (shipping, shipping_state) = start_shipping(config.shipping.as_ref()).await;
     if toolchains.is_empty() && shipping.is_none() {

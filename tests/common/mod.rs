@@ -115,10 +115,19 @@ impl Cluster {
     }
 
     fn spawn_logged(&self, name: &str, args: &[&str], rust_log: Option<&str>) -> Daemon {
+        self.spawn_in(name, args, rust_log, None)
+    }
+
+    /// [`Cluster::spawn_logged`], started in `cwd` when given (else where
+    /// the test runs).
+    fn spawn_in(&self, name: &str, args: &[&str], rust_log: Option<&str>, cwd: Option<&Path>) -> Daemon {
         let log = self.dir.path().join(format!("{name}.log"));
         let mut cmd = self.command(ccroute());
         if let Some(filter) = rust_log {
             cmd.env("RUST_LOG", filter);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
         }
         let child = cmd
             .args(args)
@@ -169,6 +178,19 @@ impl Cluster {
         args.extend_from_slice(extra);
         let n = self.agents.len();
         let d = self.spawn_logged(&format!("agent{n}"), &args, rust_log);
+        self.agents.push(d);
+        n
+    }
+
+    /// Starts an agent with `extra` flags in the cluster's directory, so
+    /// that relative paths among them are taken from there.
+    #[allow(dead_code)] // not every test file gives an agent relative paths
+    pub fn start_agent_in_cluster_dir(&mut self, extra: &[&str]) -> usize {
+        let addr = self.addr.unwrap().to_string();
+        let mut args = vec!["agent", "--scheduler", addr.as_str()];
+        args.extend_from_slice(extra);
+        let n = self.agents.len();
+        let d = self.spawn_in(&format!("agent{n}"), &args, None, Some(self.dir.path()));
         self.agents.push(d);
         n
     }
