@@ -173,11 +173,15 @@ impl Cluster {
     /// Starts an agent with `extra` flags, logging with the `RUST_LOG`
     /// filter `rust_log` (the cluster's default when `None`).
     pub fn start_agent_logged(&mut self, extra: &[&str], rust_log: Option<&str>) -> usize {
+        self.start_agent_in(extra, rust_log, None)
+    }
+
+    fn start_agent_in(&mut self, extra: &[&str], rust_log: Option<&str>, cwd: Option<&Path>) -> usize {
         let addr = self.addr.unwrap().to_string();
         let mut args = vec!["agent", "--scheduler", addr.as_str()];
         args.extend_from_slice(extra);
         let n = self.agents.len();
-        let d = self.spawn_logged(&format!("agent{n}"), &args, rust_log);
+        let d = self.spawn_in(&format!("agent{n}"), &args, rust_log, cwd);
         self.agents.push(d);
         n
     }
@@ -186,13 +190,8 @@ impl Cluster {
     /// that relative paths among them are taken from there.
     #[allow(dead_code)] // not every test file gives an agent relative paths
     pub fn start_agent_in_cluster_dir(&mut self, extra: &[&str]) -> usize {
-        let addr = self.addr.unwrap().to_string();
-        let mut args = vec!["agent", "--scheduler", addr.as_str()];
-        args.extend_from_slice(extra);
-        let n = self.agents.len();
-        let d = self.spawn_in(&format!("agent{n}"), &args, None, Some(self.dir.path()));
-        self.agents.push(d);
-        n
+        let dir = self.dir.path().to_owned();
+        self.start_agent_in(extra, None, Some(&dir))
     }
 
     /// Starts the consumerd with `local_jobs` local slots, talking to the
