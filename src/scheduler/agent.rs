@@ -99,6 +99,8 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     let mut last_limit = session.token_limit();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Shared by the web view's record of each task it answers, not copied for each.
+    let name: Arc<str> = hello.body.host_name.as_str().into();
     let outcome: super::SessionOutcome = loop {
         tokio::select! {
             event = rx.recv() => match event {
@@ -114,7 +116,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                         let why = format!("the agent's result came without its object: {why}");
                         let h = ccroute_wire::ResultHeader::bare(r.task_id, ccroute_wire::Outcome::InternalError(why));
                         let frame = Frame { message: Message::TaskResult(h), payload: Bytes::new() };
-                        if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
+                        if let Err(why) = on_frame((&state, &name, &mut speed), &mut session, &mut dispatched, frame, Ticket::Plain) {
                             break Err(why);
                         }
                     }
@@ -134,7 +136,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             continue;
                         }
                     }
-                    if let Err(why) = on_frame((&state, &hello.body.host_name, &mut speed), &mut session, &mut dispatched, frame, ticket) {
+                    if let Err(why) = on_frame((&state, &name, &mut speed), &mut session, &mut dispatched, frame, ticket) {
                         break Err(why);
                     }
                 }
@@ -549,7 +551,7 @@ impl Speed {
 
 /// One frame from the agent. `Err` is a protocol violation.
 fn on_frame(
-    (state, agent_name, speed): (&ServerState, &str, &mut Speed),
+    (state, agent_name, speed): (&ServerState, &Arc<str>, &mut Speed),
     session: &mut AgentSession<NetJob>,
     dispatched: &mut HashMap<u64, Flight>,
     frame: Frame,
@@ -575,7 +577,7 @@ fn on_frame(
                 if let (Some(e), ccroute_wire::Outcome::Success) = (&f.expected, &header.outcome) {
                     // The model keeps costs at speed 1: a fast agent's time is
                     // longer there, a slow one's shorter.
-                    let speed = speed.observe(e.prediction, agent_time, session, (&state.costs, agent_name));
+                    let speed = speed.observe(e.prediction, agent_time, session, (&state.costs, &**agent_name));
                     tracing::debug!(task = header.task_id, took_ms = agent_time.as_millis() as u64, speed, "answered");
                     state.costs.took(e, agent_time.mul_f64(speed));
                 }
@@ -589,7 +591,7 @@ fn on_frame(
                     web.ended(super::web::Ended {
                         spec: f.spec,
                         consumerd: f.consumerd,
-                        agent: agent_name.to_owned(),
+                        agent: agent_name.clone(),
                         queue: f.queue,
                         // The rest of the round trip is the transfer both ways.
                         transfer: took.saturating_sub(agent_time),

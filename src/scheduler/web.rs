@@ -52,7 +52,7 @@ pub(crate) struct Ended {
     /// Its encoded spec (decoded for its file name only when shown).
     pub(crate) spec: Bytes,
     pub(crate) consumerd: u128,
-    pub(crate) agent: String,
+    pub(crate) agent: Arc<str>,
     pub(crate) queue: Duration,
     pub(crate) transfer: Duration,
     pub(crate) compile: Duration,
@@ -136,7 +136,7 @@ pub(crate) fn snapshot(state: &ServerState, recent: &Mutex<VecDeque<Shown>>) -> 
             recent.push_front(Shown {
                 file,
                 client: format!("{:032x}", e.consumerd),
-                agent: e.agent,
+                agent: e.agent.to_string(),
                 queue_ms: ms(e.queue),
                 transfer_ms: ms(e.transfer),
                 compile_ms: ms(e.compile),
