@@ -10,17 +10,22 @@ pub fn online_cpus() -> u32 {
 
 /// `CLOCK_MONOTONIC` in nanoseconds (0 if the clock cannot be read): one
 /// clock for every process of this machine, namespaces or not.
-#[allow(unsafe_code)]
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+}
+
+/// `clock` in nanoseconds; `None` if it cannot be read.
+#[allow(unsafe_code)]
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
-        return 0;
+        return None;
     }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
 /// The wall clock as the kernel stamps files from it
@@ -28,16 +33,7 @@ pub fn monotonic_ns() -> u64 {
 /// written after this reading is stamped no earlier than it (on a
 /// filesystem that keeps nanoseconds). `None` if it cannot be read.
 pub fn file_stamp_clock_ns() -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    #[allow(unsafe_code)]
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u64::try_from(ts.tv_nsec).ok()?;
-    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    clock_ns(libc::CLOCK_REALTIME_COARSE)
 }
 
 /// How far behind the wall clock the stamps the kernel gives files can be,
