@@ -29,7 +29,8 @@
 //!   compile that ran here listed no system headers; its result is stored
 //!   at once (under a key over the manifest key and the outputs) and its
 //!   entry made once a dependency-only run, at idle priority, has given the
-//!   whole list — if that list agrees with the compile's own.
+//!   whole list — if that list agrees with the compile's own. A lookup of a
+//!   unit still waiting runs its dependency-only run itself, at once.
 //! - **Persistence** ([`store`]): manifests and digests go to one file under
 //!   the cache directory, written atomically every few seconds while they
 //!   change and at shutdown; a corrupt one is ignored with a warning.
@@ -169,8 +170,12 @@ pub struct DirectCache {
     dirty: AtomicBool,
     counters: Counters,
     system_dirs: Mutex<HashMap<(PathBuf, bool), SystemDirs>>,
-    /// Units waiting for their whole list of files ([`index`]), once one came.
-    index_queue: Mutex<Option<flume::Sender<index::Task>>>,
+    /// Units waiting for their whole list of files ([`index`]), by
+    /// manifest key: a lookup of one indexes it at once.
+    awaiting_index: Mutex<HashMap<[u8; 32], Arc<index::Task>>>,
+    /// The manifest keys of those units, in the order the index thread
+    /// takes them (started with the first).
+    index_queue: Mutex<Option<flume::Sender<[u8; 32]>>>,
 }
 
 /// A compiler's system include directories, for C or C++.
@@ -216,6 +221,7 @@ impl DirectCache {
             dirty: AtomicBool::new(false),
             counters: Counters::default(),
             system_dirs: Mutex::new(HashMap::new()),
+            awaiting_index: Mutex::new(HashMap::new()),
             index_queue: Mutex::new(None),
         };
         match store::load(&cache.dir.join(store::FILE_NAME), &cache.files) {
@@ -297,15 +303,31 @@ impl DirectCache {
                 return Lookup::Refused(why);
             }
         };
+        // A unit compiled here with -MMD and not indexed yet (a rebuild
+        // that follows its build closely): a dependency-only run now costs
+        // far less than the compile a miss would.
+        let found = self.answer(&probe, job).or_else(|| {
+            self.index_awaiting(&probe.key, index::Priority::Asked).then(|| self.answer(&probe, job)).flatten()
+        });
+        match found {
+            Some(parts) => {
+                self.counters.hit.fetch_add(1, Ordering::Relaxed);
+                Lookup::Hit(parts)
+            }
+            None => {
+                self.counters.miss.fetch_add(1, Ordering::Relaxed);
+                Lookup::Miss(probe)
+            }
+        }
+    }
+
+    /// The result of the first entry under `probe` that still holds.
+    fn answer(&self, probe: &Probe, job: &DirectJob) -> Option<[Bytes; 4]> {
         let entries = {
             let mut manifests = self.manifests();
-            match manifests.get_mut(&probe.key) {
-                Some(m) => {
-                    m.used = self.tick();
-                    m.entries.clone()
-                }
-                None => Vec::new(),
-            }
+            let m = manifests.get_mut(&probe.key)?;
+            m.used = self.tick();
+            m.entries.clone()
         };
         let now = now_ns();
         let today = today();
@@ -319,15 +341,11 @@ impl DirectCache {
                 continue;
             }
             match self.result(&entry.result, job.dep_file.is_some()) {
-                Some(parts) => {
-                    self.counters.hit.fetch_add(1, Ordering::Relaxed);
-                    return Lookup::Hit(parts);
-                }
+                Some(parts) => return Some(parts),
                 None => debug!("direct-mode entry without its result (evicted)"),
             }
         }
-        self.counters.miss.fetch_add(1, Ordering::Relaxed);
-        Lookup::Miss(probe)
+        None
     }
 
     /// Every file has its digest and every absent path is absent; else the
@@ -416,14 +434,57 @@ impl DirectCache {
             self.refused(why);
             return;
         }
+        let manifest_key = probe.key;
+        let task = Arc::new(index::Task { compiler: compiler.to_owned(), probe, job, listed, stored: key });
+        {
+            let mut awaiting = self.awaiting();
+            if awaiting.len() >= index::QUEUE && !awaiting.contains_key(&manifest_key) {
+                drop(awaiting);
+                self.refused("too many units wait to be indexed");
+                return;
+            }
+            // A newer compile of the same unit replaces the one waiting.
+            awaiting.insert(manifest_key, task);
+        }
         let sender = {
             let mut queue = self.index_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             queue.get_or_insert_with(|| index::start(Arc::downgrade(self))).clone()
         };
-        let task = index::Task { compiler: compiler.to_owned(), probe, job, listed, stored: key };
-        if sender.try_send(task).is_err() {
-            self.refused("too many units wait to be indexed");
+        if sender.try_send(manifest_key).is_err() {
+            // The thread is gone: the unit is still indexed when looked up.
+            debug!("the index thread does not take units");
         }
+    }
+
+    fn awaiting(&self) -> MutexGuard<'_, HashMap<[u8; 32], Arc<index::Task>>> {
+        self.awaiting_index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Indexes the unit recorded with [`Self::record_later`] under manifest
+    /// key `key`, if one waits: its dependency-only run, then its entry.
+    /// False when none waits. The index thread and a lookup may run the same
+    /// unit at once (the second entry replaces the first, equal to it); the
+    /// one that ends first counts it.
+    fn index_awaiting(&self, key: &[u8; 32], priority: index::Priority) -> bool {
+        let Some(task) = self.awaiting().get(key).cloned() else { return false };
+        let result = index::whole_list(&task, priority).and_then(|full| {
+            let system = self.system_dirs(&task.compiler, task.job.cxx);
+            self.finish_later(&task, &full, &system)
+        });
+        let first = {
+            let mut awaiting = self.awaiting();
+            let ours = awaiting.get(key).is_some_and(|t| Arc::ptr_eq(t, &task));
+            if ours {
+                awaiting.remove(key);
+            }
+            ours
+        };
+        if first {
+            if let Err(why) = self.counted(result) {
+                debug!(why, input = %os(&task.job.input).display(), ?priority, "not indexed");
+            }
+        }
+        true
     }
 
     /// Makes the entry of a unit recorded with [`Self::record_later`], from

@@ -181,3 +181,99 @@ fn a_file_written_during_a_compile_on_a_filesystem_of_whole_seconds_counts_as_ch
     // The case the window is for happened (a fixed 20 ms missed each of these).
     assert!(earlier > 0);
 }
+
+/// A `-MMD` compile recorded here, through [`DirectCache::record_later`],
+/// while its dependency-only run has not come (the index thread is held
+/// off: its queue goes nowhere).
+struct Indexing {
+    dir: tempfile::TempDir,
+    cache: Arc<DirectCache>,
+    compiler: PathBuf,
+    job: Arc<DirectJob>,
+    _held: flume::Receiver<[u8; 32]>,
+}
+
+impl Indexing {
+    fn compiled() -> Indexing {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("conf.h"), "#define VALUE 1\n").unwrap();
+        std::fs::write(src.join("m.c"), "#include <stdio.h>\n#include \"conf.h\"\nint main(void) { return VALUE; }\n")
+            .unwrap();
+        // Files stamped before the compile's start, as a checkout's are.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let cache = Arc::new(DirectCache::open(&dir.path().join("cache"), 1 << 30).unwrap());
+        let (tx, held) = flume::bounded(16);
+        *cache.index_queue.lock().unwrap() = Some(tx);
+        let path = std::env::var_os("PATH");
+        let compiler = crate::cc::resolve::resolve_compiler(OsStr::new("gcc"), path.as_deref(), Path::new("/"))
+            .expect("gcc is installed (the test compiles with it)");
+        let args = ["-MMD", "-O2", "-c", "m.c", "-o", "m.o"];
+        let job = Arc::new(DirectJob {
+            cwd: src.as_os_str().as_bytes().to_vec(),
+            args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            input: src.join("m.c").as_os_str().as_bytes().to_vec(),
+            dep_file: Some(src.join("m.d").as_os_str().as_bytes().to_vec()),
+            deps_user_only: true,
+            include_dirs: Vec::new(),
+            env: Vec::new(),
+            colors: false,
+            cxx: false,
+            started_ns: crate::host::file_stamp_clock_ns().unwrap(),
+        });
+        let probe = match cache.lookup(b"gcc for the test", &compiler, &job) {
+            Lookup::Miss(probe) => probe,
+            other => panic!("a first lookup: {other:?}"),
+        };
+        let out = Command::new(&compiler).args(args).current_dir(&src).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let deps = std::fs::read(src.join("m.d")).unwrap();
+        let listed = crate::cc::depfile::dep_files(&deps);
+        assert!(!listed.iter().any(|f| f.ends_with(b"stdio.h")), "-MMD lists no system header: {listed:?}");
+        let parts = [Bytes::new(), Bytes::new(), Bytes::from(std::fs::read(src.join("m.o")).unwrap()), deps.into()];
+        cache.record_later(&compiler, probe, job.clone(), listed, parts);
+        Indexing { dir, cache, compiler, job, _held: held }
+    }
+
+    fn lookup(&self) -> Lookup {
+        self.cache.lookup(b"gcc for the test", &self.compiler, &self.job)
+    }
+
+    fn counts(&self) -> (u64, u64, u64) {
+        let c = &self.cache.counters;
+        (c.hit.load(Ordering::Relaxed), c.miss.load(Ordering::Relaxed), c.recorded.load(Ordering::Relaxed))
+    }
+}
+
+#[test]
+fn a_lookup_of_a_unit_not_indexed_yet_indexes_it_and_hits() {
+    let k = Indexing::compiled();
+    assert_eq!(k.counts(), (0, 1, 0), "the first lookup missed; nothing is indexed yet");
+    // The index thread has not run: the lookup runs the dependency-only run.
+    let Lookup::Hit([_, _, object, deps]) = k.lookup() else { panic!("a miss: {:?}", k.cache.counters) };
+    let src = k.dir.path().join("src");
+    assert_eq!(object, std::fs::read(src.join("m.o")).unwrap());
+    assert_eq!(deps, std::fs::read(src.join("m.d")).unwrap());
+    assert_eq!(k.counts(), (1, 1, 1));
+    assert!(k.cache.awaiting().is_empty());
+    // The entry names the system headers the compile's own list left out.
+    let manifests = k.cache.manifests();
+    let entry = &manifests.values().next().unwrap().entries[0];
+    let paths = k.cache.files.paths();
+    assert!(entry.files.iter().any(|(id, _)| paths.path(*id).unwrap().ends_with(b"stdio.h")), "{entry:?}");
+    drop((paths, manifests));
+    // Once made, the entry answers without another run.
+    assert!(matches!(k.lookup(), Lookup::Hit(_)));
+    assert_eq!(k.counts(), (2, 1, 1));
+}
+
+#[test]
+fn a_unit_whose_header_changed_before_it_was_indexed_misses() {
+    let k = Indexing::compiled();
+    std::fs::write(k.dir.path().join("src/conf.h"), "#define VALUE 2\n").unwrap();
+    assert!(matches!(k.lookup(), Lookup::Miss(_)));
+    assert_eq!(k.counts(), (0, 2, 0));
+    assert!(k.cache.awaiting().is_empty(), "a unit that cannot be indexed waits no more");
+    assert_eq!(k.cache.counters.refusals.lock().unwrap().get("a file changed while it compiled"), Some(&1));
+}
