@@ -114,6 +114,8 @@ struct Inner {
     supply: Supply,
     /// Toolchains whose inputs no agent took lately, and since when.
     inputs_off: Mutex<HashMap<ToolchainKey, Instant>>,
+    /// When an agent's failure to compile a unit from its inputs was last logged.
+    inputs_failure_said: Mutex<Option<Instant>>,
     /// The local side's counters (bytes sent are counted here).
     stats: Arc<Stats>,
 }
@@ -148,6 +150,7 @@ impl Link {
             announced: Mutex::new(HashSet::new()),
             supply: Supply::default(),
             inputs_off: Mutex::new(HashMap::new()),
+            inputs_failure_said: Mutex::new(None),
             stats: stats.clone(),
         });
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
@@ -228,7 +231,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
                     text_because = Some("no agent takes this toolchain's inputs");
                 }
                 Err(RemoteError::Agent(why)) => {
-                    tracing::debug!(%why, "the agent could not compile the unit from its inputs; sending text");
+                    say_inputs_failure(&inner, &why, inputs.text_allowed);
                     text_because = Some("the agent could not compile the unit from its inputs");
                 }
                 Err(e) => return Err(e),
@@ -267,6 +270,35 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
     };
     let compiled = submit(&inner, &conn, header, packed, None).await?;
     Ok(Compiled { text_because, ..compiled })
+}
+
+/// How often an agent's failure to compile units from their inputs is
+/// logged: a broken agent fails every unit the scheduler gives it.
+const INPUTS_FAILURE_SAY_EVERY: Duration = Duration::from_secs(60);
+
+/// Logs, at most once per [`INPUTS_FAILURE_SAY_EVERY`] (at debug level in
+/// between), that an agent could not compile a unit from its inputs: the
+/// build goes on (the unit goes as text, or compiles here), but each such
+/// unit costs a round trip more, and the agent needs mending.
+fn say_inputs_failure(inner: &Inner, why: &str, text_allowed: bool) {
+    let then = if text_allowed { "sending it as text" } else { "compiling it here" };
+    let due = {
+        let mut said = lock(&inner.inputs_failure_said);
+        let due = said.is_none_or(|t| t.elapsed() >= INPUTS_FAILURE_SAY_EVERY);
+        if due {
+            *said = Some(Instant::now());
+        }
+        due
+    };
+    if due {
+        tracing::warn!(
+            agent_said = %why,
+            "an agent could not compile a unit from its inputs; {then}. Its log says why (a sandbox it cannot make, \
+             a store it cannot write); `ccroute status` lists the agents (said at most once a minute)"
+        );
+    } else {
+        tracing::debug!(agent_said = %why, "an agent could not compile a unit from its inputs; {then}");
+    }
 }
 
 /// Whether a failed compile's `stderr` may come from a file the sandbox
