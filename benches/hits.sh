@@ -7,7 +7,11 @@
 # round by round. Prints each round's milliseconds per hit and the ratios
 # of the medians.
 #
-#   benches/hits.sh [N] [R]        (default 200 hits, 5 rounds)
+#   benches/hits.sh [N] [R] [UNIT]   (default 200 hits, 5 rounds, UNIT small)
+#
+# UNIT `large`: the bundled sample's src/cxx/text/json.cpp instead
+# (C++17, -O2 -g, its project and standard headers): an object of ~2.8 MB,
+# where moving the bytes weighs more than the lookup.
 #
 # Release builds of this tree's binaries. The consumerd (started here, with
 # a cache directory of its own, no scheduler) and ccache (CCACHE_DIR of its
@@ -19,6 +23,7 @@ set -euo pipefail
 
 N=${1:-200}
 ROUNDS=${2:-5}
+UNIT=${3:-small}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 cargo build --release --bins -q
@@ -41,9 +46,19 @@ for _ in $(seq 100); do [[ -S $CCROUTE_SOCKET ]] && break; sleep 0.05; done
 [[ -S $CCROUTE_SOCKET ]] || { echo "hits: the consumerd did not start:" >&2; cat "$WORK/consumerd.log" >&2; exit 1; }
 
 cd "$WORK"
-printf '#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\nint f(const char *s) { return (int)strlen(s) + atoi(s); }\n' >a.c
+case $UNIT in
+    small)
+        printf '#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\nint f(const char *s) { return (int)strlen(s) + atoi(s); }\n' >a.c
+        COMPILE=(gcc -O2 -c a.c -o a.o)
+        ;;
+    large)
+        cp "$REPO/sample/src/cxx/text/json.cpp" a.cpp
+        COMPILE=(g++ -std=c++17 -O2 -g "-I$REPO/sample/include" -c a.cpp -o a.o)
+        ;;
+    *) echo "hits: UNIT is small or large, not $UNIT" >&2; exit 2 ;;
+esac
 # Older than any compile: a source written this second is not cached.
-touch -d '-1 min' a.c
+touch -d '-1 min' a.c*
 
 direct_hits() { "$B/ccroute" stats --json | sed -n 's/.*"direct_hit":\([0-9]*\).*/\1/p'; }
 ccache_hits() { ccache --print-stats | awk '$1 == "direct_cache_hit" {print $2}'; }
@@ -53,20 +68,20 @@ recorded() { "$B/ccroute" stats --json | sed -n 's/.*"recorded":\([0-9]*\).*/\1/
 run() { # tool: N compiles
     local i tool
     case $1 in ccache) tool=ccache ;; *) tool=$B/$1 ;; esac
-    for ((i = 0; i < N; i++)); do "$tool" gcc -O2 -c a.c -o a.o; done
+    for ((i = 0; i < N; i++)); do "$tool" "${COMPILE[@]}"; done
 }
 hits_of() { case $1 in ccache) ccache_hits ;; *) direct_hits ;; esac; }
 
 # Primed: a miss that records, then a hit for each.
-"$B/ccroute-cc" gcc -O2 -c a.c -o a.o
+"$B/ccroute-cc" "${COMPILE[@]}"
 for _ in $(seq 200); do [[ $(recorded) -ge 1 ]] && break; sleep 0.05; done
-ccache gcc -O2 -c a.c -o a.o
+ccache "${COMPILE[@]}"
 for t in ccroute ccroute-cc ccache; do run "$t" >/dev/null; done
 
 now() { date +%s%N; }
 declare -A MS
 TOOLS=(ccroute ccroute-cc ccache)
-echo "hits: $N direct-mode hits per tool and round, $ROUNDS rounds, on $(nproc) CPUs ($(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo ', changed'))"
+echo "hits: $N direct-mode hits of the $UNIT unit ($(stat -c %s a.o) bytes of object) per tool and round, $ROUNDS rounds, on $(nproc) CPUs ($(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD || echo ', changed'))"
 for ((r = 1; r <= ROUNDS; r++)); do
     line="round $r:"
     for ((k = 0; k < 3; k++)); do

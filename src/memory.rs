@@ -136,8 +136,8 @@ pub struct Retention {
 
 impl Retention {
     /// For a daemon that now and then handles buffers of megabytes (an
-    /// agent or a consumerd: preprocessed texts, sources, objects,
-    /// compressed frames): 1 MiB and 4 MiB.
+    /// agent: preprocessed texts, sources, objects, compressed frames):
+    /// 1 MiB and 4 MiB.
     ///
     /// Left alone, glibc raises both thresholds each time it frees a large
     /// mapped block (up to 32 MiB and 64 MiB), after which every arena keeps
@@ -149,6 +149,18 @@ impl Retention {
     /// which `malloc_trim` leaves alone outside the main arena); with these,
     /// 21 MiB.
     pub const WORKER: Retention = Retention { mmap: 1 << 20, trim: 4 << 20 };
+
+    /// For a consumerd: [`Retention::WORKER`]'s, but blocks are mapped on
+    /// their own only from 8 MiB. A direct-mode hit reads its result (the
+    /// object, often 1-5 MiB with `-g` in C++) into a buffer of its size: a
+    /// mapped one is faulted in and zeroed page by page at every hit, where
+    /// a block from the arena is used again warm. `benches/hits.sh 100 5
+    /// large` (a 2.8 MB object): ccroute-cc's hit 12.7 ms against ccache's
+    /// 11.9 (1.07) with 1 MiB, 10.3 against 11.3 (0.92) with 8 MiB. The
+    /// price, `scripts/soak --duration 60`: the consumerds' RSS at the end
+    /// 18.2 and 34.5 MiB with 1 MiB, 25.1 and 40.7 with 8 MiB (peaks 30.7
+    /// and 44.3, 35.4 and 54.6), flat through the load either way.
+    pub const CONSUMERD: Retention = Retention { mmap: 8 << 20, trim: 4 << 20 };
 
     /// For the scheduler, whose buffers are frames of at most 64 KiB (a
     /// larger payload comes on a stream of its own, read into a buffer of

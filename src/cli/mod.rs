@@ -139,7 +139,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             runtime(Some(jobs as usize + 16))?.block_on(agent(a, file, jobs))
         }
         Command::Consumerd(a) => {
-            crate::memory::bound_retained_memory(crate::memory::Retention::WORKER);
+            crate::memory::bound_retained_memory(crate::memory::Retention::CONSUMERD);
             runtime(None)?.block_on(consumerd(a))
         }
         Command::Status(a) => runtime(None)?.block_on(status::run(a)),
