@@ -93,6 +93,7 @@ pub fn render(r: &CacheReport, cleared: bool) -> String {
     let _ = writeln!(out, "  direct hits       {hit:>10}  ({ratio:.1} %)");
     let _ = writeln!(out, "  direct misses     {miss:>10}");
     let _ = writeln!(out, "  recorded          {:>10}", get(&r.counters, "recorded"));
+    let _ = writeln!(out, "  indexed on lookup {:>10}", get(&r.counters, "indexed_on_lookup"));
     for (k, v) in &r.refusals {
         let _ = writeln!(out, "  not cached: {k}: {v}");
     }
@@ -117,5 +118,10 @@ pub fn render(r: &CacheReport, cleared: bool) -> String {
         get(&r.sizes, "manifest_entries")
     );
     let _ = writeln!(out, "  file digests      {:>10}", get(&r.sizes, "digests"));
+    let _ = writeln!(
+        out,
+        "  awaiting index    {:>10}  (-MMD units: their system headers are learnt when the CPU is idle, or at their next lookup)",
+        get(&r.sizes, "awaiting_index")
+    );
     out
 }

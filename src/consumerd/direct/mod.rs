@@ -186,6 +186,8 @@ struct Counters {
     hit: AtomicU64,
     miss: AtomicU64,
     recorded: AtomicU64,
+    /// Units a lookup indexed because the index thread had not yet.
+    indexed_on_lookup: AtomicU64,
     refusals: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -480,6 +482,9 @@ impl DirectCache {
             ours
         };
         if first {
+            if priority == index::Priority::Asked {
+                self.counters.indexed_on_lookup.fetch_add(1, Ordering::Relaxed);
+            }
             if let Err(why) = self.counted(result) {
                 debug!(why, input = %os(&task.job.input).display(), ?priority, "not indexed");
             }
@@ -673,12 +678,14 @@ impl DirectCache {
                 ("direct_hit".into(), get(&self.counters.hit)),
                 ("direct_miss".into(), get(&self.counters.miss)),
                 ("recorded".into(), get(&self.counters.recorded)),
+                ("indexed_on_lookup".into(), get(&self.counters.indexed_on_lookup)),
             ],
             refusals: refusals.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
             sizes: vec![
                 ("manifests".into(), manifests),
                 ("manifest_entries".into(), entries),
                 ("digests".into(), self.files.digests().len() as u64),
+                ("awaiting_index".into(), self.awaiting().len() as u64),
                 ("results".into(), self.tier.entries()),
                 ("result_bytes".into(), self.tier.bytes()),
                 ("result_max_bytes".into(), self.tier.max_bytes()),

@@ -250,6 +250,8 @@ impl Indexing {
 fn a_lookup_of_a_unit_not_indexed_yet_indexes_it_and_hits() {
     let k = Indexing::compiled();
     assert_eq!(k.counts(), (0, 1, 0), "the first lookup missed; nothing is indexed yet");
+    let sizes = k.cache.report().sizes;
+    assert!(sizes.contains(&("awaiting_index".to_owned(), 1)), "{sizes:?}");
     // The index thread has not run: the lookup runs the dependency-only run.
     let Lookup::Hit([_, _, object, deps]) = k.lookup() else { panic!("a miss: {:?}", k.cache.counters) };
     let src = k.dir.path().join("src");
@@ -257,6 +259,7 @@ fn a_lookup_of_a_unit_not_indexed_yet_indexes_it_and_hits() {
     assert_eq!(deps, std::fs::read(src.join("m.d")).unwrap());
     assert_eq!(k.counts(), (1, 1, 1));
     assert!(k.cache.awaiting().is_empty());
+    assert_eq!(k.cache.counters.indexed_on_lookup.load(Ordering::Relaxed), 1);
     // The entry names the system headers the compile's own list left out.
     let manifests = k.cache.manifests();
     let entry = &manifests.values().next().unwrap().entries[0];
