@@ -48,9 +48,16 @@ const TASK_FRAME_OVERHEAD: usize = 80;
 
 /// How often the demand is reported when it changed.
 const DEMAND_EVERY: Duration = Duration::from_millis(100);
-/// After the scheduler said no agent takes a toolchain's inputs, units of
-/// it go as text for this long before inputs are tried again.
+/// After the scheduler said no agent takes a toolchain's inputs, or agents
+/// failed [`INPUTS_FAILURES_IN_A_ROW`] of its units sent as inputs in a row,
+/// units of it go as text for this long before inputs are tried again.
 const INPUTS_RETRY: Duration = Duration::from_secs(10);
+/// Units of one toolchain that agents failed to compile from their inputs,
+/// one after another with none compiled so between, before inputs are left
+/// off for [`INPUTS_RETRY`]: each such unit costs a round trip before it
+/// goes as text. An agent of several that fails them does not get there
+/// while the others compile theirs.
+const INPUTS_FAILURES_IN_A_ROW: u32 = 3;
 /// How long tasks in flight wait for a lost scheduler connection to come
 /// back before they compile here. A restarted scheduler has its peers back
 /// within about a second of listening; one that stays away costs a build
@@ -114,6 +121,9 @@ struct Inner {
     supply: Supply,
     /// Toolchains whose inputs no agent took lately, and since when.
     inputs_off: Mutex<HashMap<ToolchainKey, Instant>>,
+    /// Units of each toolchain agents failed from their inputs since the
+    /// last one compiled so.
+    inputs_failed: Mutex<HashMap<ToolchainKey, u32>>,
     /// When an agent's failure to compile a unit from its inputs was last logged.
     inputs_failure_said: Mutex<Option<Instant>>,
     /// The local side's counters (bytes sent are counted here).
@@ -150,6 +160,7 @@ impl Link {
             announced: Mutex::new(HashSet::new()),
             supply: Supply::default(),
             inputs_off: Mutex::new(HashMap::new()),
+            inputs_failed: Mutex::new(HashMap::new()),
             inputs_failure_said: Mutex::new(None),
             stats: stats.clone(),
         });
@@ -216,6 +227,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
         } else {
             match compile_inputs(&inner, &conn, &job, &inputs).await {
                 Ok(c) if c.exit_status == 0 || !may_lack_a_file(&c.parts.stderr, &inputs.spec.env) => {
+                    lock(&inner.inputs_failed).remove(&toolchain);
                     return Ok(Compiled { from_inputs: true, ..c });
                 }
                 // A file the sandbox lacked must not fail the build: the
@@ -233,6 +245,24 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
                 Err(RemoteError::Agent(why)) => {
                     say_inputs_failure(&inner, &why, inputs.text_allowed);
                     text_because = Some("the agent could not compile the unit from its inputs");
+                    let in_a_row = {
+                        let mut failed = lock(&inner.inputs_failed);
+                        let n = failed.entry(toolchain).or_default();
+                        *n += 1;
+                        *n
+                    };
+                    if in_a_row >= INPUTS_FAILURES_IN_A_ROW {
+                        let first = lock(&inner.inputs_off).insert(toolchain, Instant::now()).is_none();
+                        if first {
+                            tracing::info!(
+                                toolchain = %job.toolchain,
+                                in_a_row,
+                                "agents failed this toolchain's units sent as inputs one after another; sending text, and \
+                                 inputs again every {} s",
+                                INPUTS_RETRY.as_secs()
+                            );
+                        }
+                    }
                 }
                 Err(e) => return Err(e),
             }
