@@ -173,6 +173,10 @@ pub struct DirectCache {
     /// Units waiting for their whole list of files ([`index`]), by
     /// manifest key: a lookup of one indexes it at once.
     awaiting_index: Mutex<HashMap<[u8; 32], Arc<index::Task>>>,
+    /// Dependency-only runs lookups have going now, at most one per CPU:
+    /// lookups come before any slot is taken, and a rebuild's may all find
+    /// their units waiting.
+    asked_runs: (Mutex<u32>, std::sync::Condvar),
     /// The manifest keys of those units, in the order the index thread
     /// takes them (started with the first).
     index_queue: Mutex<Option<flume::Sender<[u8; 32]>>>,
@@ -224,6 +228,7 @@ impl DirectCache {
             counters: Counters::default(),
             system_dirs: Mutex::new(HashMap::new()),
             awaiting_index: Mutex::new(HashMap::new()),
+            asked_runs: (Mutex::new(0), std::sync::Condvar::new()),
             index_queue: Mutex::new(None),
         };
         match store::load(&cache.dir.join(store::FILE_NAME), &cache.files) {
@@ -464,11 +469,17 @@ impl DirectCache {
 
     /// Indexes the unit recorded with [`Self::record_later`] under manifest
     /// key `key`, if one waits: its dependency-only run, then its entry.
-    /// False when none waits. The index thread and a lookup may run the same
-    /// unit at once (the second entry replaces the first, equal to it); the
-    /// one that ends first counts it.
+    /// False when none waits. Lookups run at most one per CPU at once (a
+    /// lookup waits its turn). The index thread and a lookup may run the
+    /// same unit at once (the second entry replaces the first, equal to it);
+    /// the one that ends first counts it.
     fn index_awaiting(&self, key: &[u8; 32], priority: index::Priority) -> bool {
-        let Some(task) = self.awaiting().get(key).cloned() else { return false };
+        if !self.awaiting().contains_key(key) {
+            return false;
+        }
+        let _run = (priority == index::Priority::Asked).then(|| AskedRun::begin(&self.asked_runs));
+        // Indexed by another while this waited its turn: its entry is made.
+        let Some(task) = self.awaiting().get(key).cloned() else { return true };
         let result = index::whole_list(&task, priority).and_then(|full| {
             let system = self.system_dirs(&task.compiler, task.job.cxx);
             self.finish_later(&task, &full, &system)
@@ -692,6 +703,31 @@ impl DirectCache {
             ],
             dir: self.dir.display().to_string(),
         }
+    }
+}
+
+/// One of the dependency-only runs lookups may have going at once (one per
+/// CPU): waits for its turn, and gives it up when dropped.
+struct AskedRun<'a>(&'a (Mutex<u32>, std::sync::Condvar));
+
+impl<'a> AskedRun<'a> {
+    fn begin(runs: &'a (Mutex<u32>, std::sync::Condvar)) -> AskedRun<'a> {
+        let most = crate::host::online_cpus().max(1);
+        let (count, turn) = runs;
+        let mut n = count.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *n >= most {
+            n = turn.wait(n).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *n += 1;
+        AskedRun(runs)
+    }
+}
+
+impl Drop for AskedRun<'_> {
+    fn drop(&mut self) {
+        let (count, turn) = self.0;
+        *count.lock().unwrap_or_else(std::sync::PoisonError::into_inner) -= 1;
+        turn.notify_one();
     }
 }
 

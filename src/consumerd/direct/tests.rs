@@ -280,3 +280,24 @@ fn a_unit_whose_header_changed_before_it_was_indexed_misses() {
     assert!(k.cache.awaiting().is_empty(), "a unit that cannot be indexed waits no more");
     assert_eq!(k.cache.counters.refusals.lock().unwrap().get("a file changed while it compiled"), Some(&1));
 }
+
+#[test]
+fn lookups_run_one_dependency_only_run_per_cpu_at_once() {
+    let runs = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+    let cpus = crate::host::online_cpus().max(1) as usize;
+    let held: Vec<AskedRun<'_>> = (0..cpus).map(|_| AskedRun::begin(&runs)).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = {
+        let runs = runs.clone();
+        std::thread::spawn(move || {
+            let _turn = AskedRun::begin(&runs);
+            tx.send(()).unwrap();
+        })
+    };
+    // Every CPU has its run: the next waits.
+    assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err());
+    drop(held);
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("a run ended: the next one has its turn");
+    waiting.join().unwrap();
+    assert_eq!(*runs.0.lock().unwrap(), 0);
+}
