@@ -55,8 +55,8 @@ const INPUTS_RETRY: Duration = Duration::from_secs(10);
 /// Units of one toolchain that agents failed to compile from their inputs,
 /// one after another with none compiled so between, before inputs are left
 /// off for [`INPUTS_RETRY`]: each such unit costs a round trip before it
-/// goes as text. An agent of several that fails them does not get there
-/// while the others compile theirs.
+/// goes as text. An agent of several that fails them gets there only when
+/// it is given three of them one after another.
 const INPUTS_FAILURES_IN_A_ROW: u32 = 3;
 /// How long tasks in flight wait for a lost scheduler connection to come
 /// back before they compile here. A restarted scheduler has its peers back

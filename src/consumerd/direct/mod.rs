@@ -669,6 +669,8 @@ impl DirectCache {
 
     /// Empties this user's tiers: results, manifests, digests.
     pub fn clear(&self) {
+        // Their results are going: their entries would find none.
+        self.awaiting().clear();
         self.manifests().clear();
         self.files.clear();
         self.tier.clear();
