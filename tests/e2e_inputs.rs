@@ -215,7 +215,8 @@ fn a_unit_whose_inputs_cannot_be_vouched_for_goes_as_text_and_is_counted() {
 /// away under it): each unit still comes back identical (sent again as
 /// text), counted with its reason, and the consumerd says so once, with the
 /// agent's words, not at every unit; after three such failures in a row it
-/// sends the toolchain's units as text at once for a while.
+/// sends the toolchain's units as text at once for a while. The agent logs,
+/// once, that its store is gone.
 #[test]
 fn an_agent_that_fails_units_sent_as_inputs_is_said_once_and_the_units_go_as_text() {
     let c = cluster();
@@ -239,6 +240,10 @@ fn an_agent_that_fails_units_sent_as_inputs_is_said_once_and_the_units_go_as_tex
     let log = c.consumerd.as_ref().unwrap().log_text();
     let said = log.lines().filter(|l| l.contains("an agent could not compile a unit from its inputs")).count();
     assert_eq!(said, 1, "said once: {log}");
+    // The agent says what is wrong, once, and not a line for each unit.
+    let agent = c.agents[0].log_text();
+    assert_eq!(agent.lines().filter(|l| l.contains("the toolchain store is gone")).count(), 1, "{agent}");
+    assert!(!agent.contains("cannot remove a unit's tree"), "{agent}");
 }
 
 #[test]

@@ -97,9 +97,40 @@ impl TreePool {
 }
 
 fn remove(root: &Path) {
-    if let Err(e) = fs::remove_dir_all(root) {
-        tracing::warn!(path = %root.display(), error = %e, "cannot remove a unit's tree");
+    match fs::remove_dir_all(root) {
+        // Gone already (with the store, say): nothing to give back.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %root.display(), error = %e, "cannot remove a unit's tree"),
+        Ok(()) => {}
     }
+}
+
+/// How often a store that is gone is logged: every unit sent as its inputs
+/// fails the same way until the agent restarts.
+const STORE_GONE_SAY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Why a unit's tree could not be made, in words for its consumerd; when
+/// the store's own directories are gone (removed while the agent ran: a
+/// cleaner of old files, a hand), says so in the log, at most once per
+/// [`STORE_GONE_SAY_EVERY`]: the agent knows its blobs and toolchains from
+/// memory and cannot serve such units again until it restarts.
+fn tree_failure(store: &Store, e: &std::io::Error) -> String {
+    let tasks = store.tasks_dir();
+    if tasks.is_dir() {
+        return format!("cannot build the unit's tree: {e}");
+    }
+    static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if said.is_none_or(|t| t.elapsed() >= STORE_GONE_SAY_EVERY) {
+        *said = Some(std::time::Instant::now());
+        tracing::error!(
+            dir = %tasks.parent().unwrap_or(&tasks).display(),
+            "the toolchain store is gone (removed while the agent ran?): units sent as their inputs or with a \
+             shipped toolchain go back to their consumerds until this agent is restarted, which makes it anew \
+             (said at most once a minute)"
+        );
+    }
+    format!("the agent's toolchain store is gone: {e}")
 }
 
 /// One node of a tree being planned.
@@ -283,7 +314,7 @@ fn build(store: &Store, ready: &Ready, inputs: &Inputs, task_dir: &Path) -> Resu
             let made = fs::create_dir(&root).and_then(|()| change(&root, &BTreeMap::new(), &nodes));
             if let Err(e) = made {
                 remove(&root);
-                return Err(format!("cannot build the unit's tree: {e}"));
+                return Err(tree_failure(store, &e));
             }
             root
         }
