@@ -458,8 +458,9 @@ impl DirectCache {
             queue.get_or_insert_with(|| index::start(Arc::downgrade(self))).clone()
         };
         if sender.try_send(manifest_key).is_err() {
-            // The thread is gone: the unit is still indexed when looked up.
-            debug!("the index thread does not take units");
+            // Its queue full (units sent again while they waited) or the
+            // thread gone: the unit is still indexed when looked up.
+            debug!("the index thread does not take this unit now");
         }
     }
 
