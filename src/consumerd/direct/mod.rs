@@ -312,9 +312,15 @@ impl DirectCache {
         };
         // A unit compiled here with -MMD and not indexed yet (a rebuild
         // that follows its build closely): a dependency-only run now costs
-        // far less than the compile a miss would.
+        // far less than the compile a miss would. Asked before the first
+        // look: the index thread may make the entry in between.
+        let was_waiting = self.awaiting().contains_key(&probe.key);
         let found = self.answer(&probe, job).or_else(|| {
-            self.index_awaiting(&probe.key, index::Priority::Asked).then(|| self.answer(&probe, job)).flatten()
+            if !was_waiting {
+                return None;
+            }
+            self.index_awaiting(&probe.key, index::Priority::Asked);
+            self.answer(&probe, job)
         });
         match found {
             Some(parts) => {
