@@ -19,6 +19,7 @@
 //! - [`jobserver`]: GNU make's jobserver pipe that `ccroute make` holds for
 //!   a build, sized to the local slots and the farm's share.
 //! - [`cache`]: the result cache's storage tiers.
+//! - [`said`]: a recurring trouble said at most once a minute.
 //! - `net` (feature `daemon`): QUIC endpoints, mutual TLS, framed streams.
 //! - `cli`, `cluster` (feature `daemon`): the command line, and a whole
 //!   cluster in one process for the demo and benches.
@@ -38,6 +39,7 @@ pub mod local_socket;
 pub mod memory;
 #[cfg(feature = "daemon")]
 pub mod net;
+pub mod said;
 #[cfg(feature = "daemon")]
 pub mod scheduler;
 #[doc(hidden)]

@@ -123,35 +123,11 @@ pub(super) struct Dispatcher {
     direct: Option<Arc<DirectCache>>,
     /// Connections of builds (`ccroute make`) told the jobserver size at each change.
     jobserver_builds: std::collections::HashSet<ConnId>,
-    /// Units that went remote and were compiled here instead, as logged.
-    fallbacks: FallbackLog,
-}
-
-/// How often units that went remote and came back to compile here are
-/// logged as a warning (each is at debug level).
-const FALLBACKS_SAY_EVERY: Duration = Duration::from_secs(60);
-
-/// Counts units that went remote and were compiled here instead, and says
-/// so at most once per [`FALLBACKS_SAY_EVERY`], with how many and the last
-/// reason: the build goes on, but an operator should learn that the farm
-/// gave units back (an agent that fails them, a link that drops, deadlines).
-#[derive(Debug, Default)]
-struct FallbackLog {
-    /// Since the last warning.
-    unsaid: u64,
-    said_at: Option<Instant>,
-}
-
-impl FallbackLog {
-    /// Counts one at `now`; the count to say, when a warning is due.
-    fn count(&mut self, now: Instant) -> Option<u64> {
-        self.unsaid += 1;
-        if self.said_at.is_some_and(|t| now.saturating_duration_since(t) < FALLBACKS_SAY_EVERY) {
-            return None;
-        }
-        self.said_at = Some(now);
-        Some(std::mem::take(&mut self.unsaid))
-    }
+    /// Units that went remote and were compiled here instead, said at most
+    /// once a minute with how many and the last reason: the build goes on,
+    /// but an operator should learn that the farm gave units back (an agent
+    /// that fails them, a link that drops, deadlines).
+    fallbacks: crate::said::Every,
 }
 
 /// How long a remote compile may take before it is given up and the unit
@@ -215,7 +191,7 @@ impl Dispatcher {
             deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
             direct,
             jobserver_builds: std::collections::HashSet::new(),
-            fallbacks: FallbackLog::default(),
+            fallbacks: crate::said::Every::new(crate::said::A_MINUTE),
         }
     }
 
@@ -697,7 +673,7 @@ impl Dispatcher {
                     self.deadlines.observe(*bytes, started.elapsed());
                 }
                 debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
-                if let Some(units) = self.fallbacks.count(Instant::now()) {
+                if let Some(units) = self.fallbacks.due() {
                     warn!(
                         units,
                         last_reason = %reason,
@@ -868,24 +844,5 @@ mod deadline_tests {
         assert_eq!(d.for_unit(100 << 10), Duration::from_secs(30));
         // A floor above the cap is the cap.
         assert_eq!(Deadlines::new(Duration::from_secs(9), Duration::from_secs(2)).for_unit(1), Duration::from_secs(2));
-    }
-}
-
-#[cfg(test)]
-mod fallback_log_tests {
-    use super::*;
-
-    #[test]
-    fn fallbacks_are_said_at_once_then_at_most_once_a_minute_with_how_many() {
-        let t0 = Instant::now();
-        let mut log = FallbackLog::default();
-        assert_eq!(log.count(t0), Some(1), "the first is said at once");
-        for s in 1..60 {
-            assert_eq!(log.count(t0 + Duration::from_secs(s)), None);
-        }
-        // A minute on: the 59 since, and this one.
-        assert_eq!(log.count(t0 + Duration::from_secs(60)), Some(60));
-        assert_eq!(log.count(t0 + Duration::from_secs(61)), None);
-        assert_eq!(log.count(t0 + Duration::from_secs(200)), Some(2));
     }
 }

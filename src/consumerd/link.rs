@@ -124,8 +124,8 @@ struct Inner {
     /// Units of each toolchain agents failed from their inputs since the
     /// last one compiled so.
     inputs_failed: Mutex<HashMap<ToolchainKey, u32>>,
-    /// When an agent's failure to compile a unit from its inputs was last logged.
-    inputs_failure_said: Mutex<Option<Instant>>,
+    /// Agents' failures to compile units from their inputs, as logged.
+    inputs_failure_said: crate::said::Every,
     /// The local side's counters (bytes sent are counted here).
     stats: Arc<Stats>,
 }
@@ -161,7 +161,7 @@ impl Link {
             supply: Supply::default(),
             inputs_off: Mutex::new(HashMap::new()),
             inputs_failed: Mutex::new(HashMap::new()),
-            inputs_failure_said: Mutex::new(None),
+            inputs_failure_said: crate::said::Every::new(crate::said::A_MINUTE),
             stats: stats.clone(),
         });
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
@@ -302,25 +302,14 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
     Ok(Compiled { text_because, ..compiled })
 }
 
-/// How often an agent's failure to compile units from their inputs is
-/// logged: a broken agent fails every unit the scheduler gives it.
-const INPUTS_FAILURE_SAY_EVERY: Duration = Duration::from_secs(60);
-
-/// Logs, at most once per [`INPUTS_FAILURE_SAY_EVERY`] (at debug level in
-/// between), that an agent could not compile a unit from its inputs: the
-/// build goes on (the unit goes as text, or compiles here), but each such
-/// unit costs a round trip more, and the agent needs mending.
+/// Logs, at most once a minute (a broken agent fails every unit the
+/// scheduler gives it; at debug level in between), that an agent could not
+/// compile a unit from its inputs: the build goes on (the unit goes as
+/// text, or compiles here), but each such unit costs a round trip more, and
+/// the agent needs mending.
 fn say_inputs_failure(inner: &Inner, why: &str, text_allowed: bool) {
     let then = if text_allowed { "sending it as text" } else { "compiling it here" };
-    let due = {
-        let mut said = lock(&inner.inputs_failure_said);
-        let due = said.is_none_or(|t| t.elapsed() >= INPUTS_FAILURE_SAY_EVERY);
-        if due {
-            *said = Some(Instant::now());
-        }
-        due
-    };
-    if due {
+    if inner.inputs_failure_said.due().is_some() {
         tracing::warn!(
             agent_said = %why,
             "an agent could not compile a unit from its inputs; {then}. Its log says why (a sandbox it cannot make, \

@@ -57,7 +57,7 @@ use std::io::{self, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -705,20 +705,15 @@ fn sandbox_set_up(f: process::Finished) -> Result<process::Finished, TaskError> 
     Ok(f)
 }
 
-/// How often a sandbox that cannot be made is logged: every unit that needs
-/// one fails the same way until the agent's setup is mended.
-const SANDBOX_WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// Says, at most once per [`SANDBOX_WARN_EVERY`], that units needing the
-/// sandbox go back to their consumerds (which compile them from text or
-/// locally: nothing fails, but the farm does not get them).
+/// Says, at most once a minute (every unit that needs the sandbox fails the
+/// same way until the agent's setup is mended), that units needing it go
+/// back to their consumerds (which compile them from text or locally:
+/// nothing fails, but the farm does not get them).
 fn warn_sandbox(bwrap_said: &str) {
-    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
-    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if last.is_some_and(|t| t.elapsed() < SANDBOX_WARN_EVERY) {
+    static SAID: crate::said::Every = crate::said::Every::new(crate::said::A_MINUTE);
+    if SAID.due().is_none() {
         return;
     }
-    *last = Some(Instant::now());
     tracing::warn!(
         bwrap = bwrap_said,
         "the sandbox could not be made: units sent as their inputs or with a shipped toolchain go back to their \

@@ -105,24 +105,19 @@ fn remove(root: &Path) {
     }
 }
 
-/// How often a store that is gone is logged: every unit sent as its inputs
-/// fails the same way until the agent restarts.
-const STORE_GONE_SAY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Why a unit's tree could not be made, in words for its consumerd; when
 /// the store's own directories are gone (removed while the agent ran: a
-/// cleaner of old files, a hand), says so in the log, at most once per
-/// [`STORE_GONE_SAY_EVERY`]: the agent knows its blobs and toolchains from
-/// memory and cannot serve such units again until it restarts.
+/// cleaner of old files, a hand), says so in the log, at most once a minute
+/// (every unit sent as its inputs fails the same way): the agent knows its
+/// blobs and toolchains from memory and cannot serve such units again until
+/// it restarts.
 fn tree_failure(store: &Store, e: &std::io::Error) -> String {
     let tasks = store.tasks_dir();
     if tasks.is_dir() {
         return format!("cannot build the unit's tree: {e}");
     }
-    static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-    let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if said.is_none_or(|t| t.elapsed() >= STORE_GONE_SAY_EVERY) {
-        *said = Some(std::time::Instant::now());
+    static SAID: crate::said::Every = crate::said::Every::new(crate::said::A_MINUTE);
+    if SAID.due().is_some() {
         tracing::error!(
             dir = %tasks.parent().unwrap_or(&tasks).display(),
             "the toolchain store is gone (removed while the agent ran?): units sent as their inputs or with a \
