@@ -150,6 +150,9 @@ struct Figures {
     /// The cache's memory tier after the run.
     tier: u64,
     took: Duration,
+    /// The scheduler's CPU time (user and system) over the run.
+    cpu: Duration,
+    units: usize,
 }
 
 impl Figures {
@@ -167,7 +170,8 @@ impl Figures {
         let m = |b: u64| b as f64 / 1048576.0;
         format!(
             "memory ({}): start {:.1} MiB, idle {:.1}{}, peak {:.1}, 2 s after {:.1}, 15 s after {:.1}{}; \
-             after ÷ idle = {:.2} (target ≤ {TARGET_RATIO:.2}: {}){}; the run took {:.1} s",
+             after ÷ idle = {:.2} (target ≤ {TARGET_RATIO:.2}: {}){}; the run took {:.1} s, the scheduler's CPU \
+             {:.1} µs a unit",
             if self.cache { "cache on" } else { "no cache" },
             m(self.start),
             m(self.idle),
@@ -183,6 +187,7 @@ impl Figures {
                 self.after() as f64 / w.max(1) as f64
             )),
             self.took.as_secs_f64(),
+            self.cpu.as_secs_f64() * 1e6 / self.units.max(1) as f64,
         ) + &format!(
             "\n  of which anonymous (heap, stacks) / file-backed (the binary's and libraries' pages read in): \
              idle {:.1} / {:.1} MiB, 15 s after {:.1} / {:.1} MiB{}",
@@ -206,6 +211,17 @@ fn rss_bytes(pid: u32) -> u64 {
 /// Resident bytes (anonymous, file-backed).
 fn rss_parts(pid: u32) -> (u64, u64) {
     (status_kb(pid, "RssAnon:") * 1024, status_kb(pid, "RssFile:") * 1024)
+}
+
+/// The user and system CPU time `pid` has used, from `/proc/PID/stat`
+/// (in clock ticks of 10 ms); zero when it cannot be read.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: state is the first,
+    // utime and stime the 12th and 13th.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after_name.split_whitespace().skip(11).take(2).filter_map(|t| t.parse::<u64>().ok()).sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// A `kB` field of `/proc/PID/status`; 0 when it cannot be read.
@@ -237,6 +253,9 @@ fn start_scheduler(
         Some(at) => {
             let mut c = Command::new("heaptrack");
             c.arg("-o").arg(at.output()).arg(CCROUTE);
+            // Set here, so that the scheduler does not run itself again to
+            // set it (heaptrack would record two programs in one file).
+            c.env("GLIBC_TUNABLES", ccroute::memory::NO_THREAD_CACHES);
             c
         }
         None => Command::new(CCROUTE),
@@ -303,7 +322,7 @@ async fn run(
     // Under heaptrack, the scheduler is a child of its script.
     let pid = if snapshot.is_some() { launched_by(scheduler.0.id())? } else { scheduler.0.id() };
     let admin = tls::load(&tls_dir, CertRole::Admin)?;
-    let mut f = Figures { cache, ..Figures::default() };
+    let mut f = Figures { cache, units, ..Figures::default() };
     tokio::time::sleep(Duration::from_millis(500)).await;
     f.start = rss_bytes(pid);
 
@@ -380,8 +399,10 @@ async fn run(
         })
     };
     let started = Instant::now();
+    let cpu_before = cpu_time(pid);
     let submitted = submit(&links, &pool, 0..units as u64, cache).await;
     f.took = started.elapsed();
+    f.cpu = cpu_time(pid).saturating_sub(cpu_before);
     running.store(false, Ordering::Relaxed);
     let _ = sampler.await;
     f.peak = peak.load(Ordering::Relaxed);

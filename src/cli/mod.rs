@@ -128,6 +128,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             Ok(())
         }
         Command::Scheduler(a) => {
+            crate::memory::without_thread_caches();
             crate::memory::bound_retained_memory(crate::memory::Retention::SCHEDULER);
             runtime(None)?.block_on(scheduler(a))
         }
@@ -225,7 +226,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     config.metrics = a.metrics.as_deref().map(args::parse_addr).transpose()?;
     config.transport = TransportOptions {
         idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
-        ..TransportOptions::default()
+        ..TransportOptions::scheduler()
     };
     config.core.longest_first = a.longest_first;
     config.core.speed_aware = !a.no_speed_aware;

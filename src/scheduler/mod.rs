@@ -91,7 +91,7 @@ impl ServerConfig {
         ServerConfig {
             listen,
             identity,
-            transport: TransportOptions::default(),
+            transport: TransportOptions::scheduler(),
             core: Config::default(),
             payload_budget: 256 << 20,
             max_connections: 4096,
