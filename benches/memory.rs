@@ -253,9 +253,6 @@ fn start_scheduler(
         Some(at) => {
             let mut c = Command::new("heaptrack");
             c.arg("-o").arg(at.output()).arg(CCROUTE);
-            // Set here, so that the scheduler does not run itself again to
-            // set it (heaptrack would record two programs in one file).
-            c.env("GLIBC_TUNABLES", ccroute::memory::NO_THREAD_CACHES);
             c
         }
         None => Command::new(CCROUTE),

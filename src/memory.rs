@@ -27,12 +27,14 @@
 //! [`bound_retained_memory`] fixes malloc's thresholds at a daemon's start
 //! ([`Retention`]), so that its large buffers (sources, objects, compressed
 //! frames) do not teach malloc to keep MiBs per arena in the first place.
-//! [`without_thread_caches`] runs the scheduler without malloc's
-//! per-thread caches, whose blocks pin pages a trim would give back.
 //!
-//! Left out: other allocators (these functions do nothing without glibc);
-//! the agent's and the consumerd's thread caches (kept: the consumerd's
-//! hits are measured against ccache's, the agent trims while it works);
+//! Left out: other allocators (both functions do nothing without glibc);
+//! turning malloc's per-thread caches off (`GLIBC_TUNABLES=
+//! glibc.malloc.tcache_count=0`), whose blocks pin pages a trim would give
+//! back: `cargo bench --bench memory` read the scheduler at 1.21 × idle 15 s
+//! after its run against 1.29 with them, but `cargo bench --bench farm --
+//! scale` at 110.2 µs of its CPU a task against 81.2 (with one block a
+//! size, 1.23 and 89.3), at 482debd;
 //! what a daemon keeps on purpose (the result cache's memory tier, bounded
 //! by `--cache-memory`; an agent's results kept for re-delivery, bounded by
 //! `agent::work::HELD_MAX_BYTES`).
@@ -123,57 +125,6 @@ pub fn release_free_memory() {
         // at any time, while others allocate.
         let released = unsafe { libc::malloc_trim(0) };
         tracing::debug!(released = released != 0, "freed memory returned to the system");
-    }
-}
-
-/// glibc's tunable for the number of freed blocks each thread keeps per
-/// size, set to none by [`without_thread_caches`].
-pub const NO_THREAD_CACHES: &str = "glibc.malloc.tcache_count=0";
-
-/// Runs this program again, at once and as the same process, with glibc
-/// malloc's per-thread caches off ([`NO_THREAD_CACHES`] added to
-/// `GLIBC_TUNABLES`), unless that variable already sets them (to this or
-/// to the operator's own figure): glibc reads its tunables only as a
-/// program starts. Call it first thing, before any thread exists; it
-/// returns when it did not restart (their setting present, or the restart
-/// failed, which it logs). Nothing without glibc.
-///
-/// Each thread keeps up to 7 freed blocks of each of 64 sizes for its next
-/// allocations, and `malloc_trim` cannot give back a page that holds one:
-/// after a load they sit scattered through the pages the load's buffers
-/// used. `cargo bench --bench memory`, the scheduler's anonymous memory 15
-/// s after its run: 5.1 and 5.1 MiB with the caches (after ÷ idle 1.28,
-/// 1.26), 4.1-4.2 without (1.18-1.22), and 1.3 instead of 3.0 once every
-/// peer has left (idle 2.0); its CPU a unit, 123.5 and 125.0 µs with,
-/// 114.5 and 128.0 without — no difference out of the noise.
-pub fn without_thread_caches() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt;
-        let key = NO_THREAD_CACHES.split('=').next().unwrap_or(NO_THREAD_CACHES);
-        let current = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
-        let current_text = current.to_string_lossy();
-        if current_text.split(':').any(|t| t.split('=').next() == Some(key)) {
-            tracing::debug!(GLIBC_TUNABLES = %current_text, "malloc's tunables");
-            return;
-        }
-        let mut tunables = current.clone();
-        if !tunables.is_empty() {
-            tunables.push(":");
-        }
-        tunables.push(NO_THREAD_CACHES);
-        let mut args = std::env::args_os();
-        let mut again = std::process::Command::new("/proc/self/exe");
-        if let Some(name) = args.next() {
-            again.arg0(name);
-        }
-        // Only returns if the program could not be run.
-        let e = again.args(args).env("GLIBC_TUNABLES", tunables).exec();
-        tracing::warn!(
-            error = %e,
-            "could not restart with malloc's per-thread caches off; memory freed after a load will come back \
-             less fully (set GLIBC_TUNABLES={NO_THREAD_CACHES} in this daemon's environment to do it by hand)"
-        );
     }
 }
 

@@ -1,8 +1,6 @@
 //! The command line as a user meets it: `--version` names the build's
 //! commit, `ccroute completions` prints scripts the shells accept, and
-//! `ccroute man` prints a page `man` renders, or one page per command;
-//! the scheduler runs with malloc's per-thread caches off, unless its
-//! environment says otherwise.
+//! `ccroute man` prints a page `man` renders, or one page per command.
 
 #![allow(clippy::unwrap_used)]
 
@@ -193,49 +191,4 @@ fn strip_overstrike(s: &str) -> String {
     }
     // "x\bx" leaves the second x.
     out.into_iter().collect()
-}
-
-/// The `GLIBC_TUNABLES` the scheduler runs with, from its debug log, when
-/// started with `tunables` (None: unset). (`/proc/PID/environ` will not
-/// do: glibc's loader cuts the variable up in place as it reads it.)
-fn scheduler_tunables(tunables: Option<&str>) -> Option<String> {
-    let mut cluster = common::Cluster::new();
-    let log = cluster.dir.path().join("scheduler.log");
-    let mut cmd = cluster.command(ccroute());
-    match tunables {
-        Some(t) => cmd.env("GLIBC_TUNABLES", t),
-        None => cmd.env_remove("GLIBC_TUNABLES"),
-    };
-    let mut child = cmd
-        .env("RUST_LOG", "info,ccroute::memory=debug")
-        .env("NO_COLOR", "1")
-        .args(["scheduler", "--listen", "127.0.0.1:0", "--no-cache", "--no-optimizer"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
-    drop(cluster.scheduler.take());
-    let log = std::fs::read_to_string(&log).unwrap();
-    assert!(line.contains("listening on"), "the scheduler did not start: {line:?}\n{log}");
-    log.lines()
-        .filter(|l| l.contains("malloc's tunables"))
-        .find_map(|l| l.split("GLIBC_TUNABLES=").nth(1))
-        .map(|v| v.split_whitespace().next().unwrap_or_default().to_owned())
-}
-
-#[test]
-fn the_scheduler_runs_without_mallocs_thread_caches_and_keeps_an_operators_tunables() {
-    assert_eq!(scheduler_tunables(None).as_deref(), Some(ccroute::memory::NO_THREAD_CACHES));
-    // Other tunables of the operator's are kept, ours added.
-    assert_eq!(
-        scheduler_tunables(Some("glibc.malloc.arena_max=2")).as_deref(),
-        Some("glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0")
-    );
-    // Their own figure for the caches wins.
-    assert_eq!(scheduler_tunables(Some("glibc.malloc.tcache_count=3")).as_deref(), Some("glibc.malloc.tcache_count=3"));
 }

@@ -128,7 +128,6 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             Ok(())
         }
         Command::Scheduler(a) => {
-            crate::memory::without_thread_caches();
             crate::memory::bound_retained_memory(crate::memory::Retention::SCHEDULER);
             runtime(None)?.block_on(scheduler(a))
         }
