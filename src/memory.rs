@@ -34,7 +34,12 @@
 //! back: `cargo bench --bench memory` read the scheduler at 1.21 × idle 15 s
 //! after its run against 1.29 with them, but `cargo bench --bench farm --
 //! scale` at 110.2 µs of its CPU a task against 81.2 (with one block a
-//! size, 1.23 and 89.3), at 482debd;
+//! size, 1.23 and 89.3), at 482debd; a stream receive window of 1 MiB
+//! for the scheduler instead of 4 (quinn's reassembly queue of each
+//! consumerd's control stream keeps the capacity its window let it reach):
+//! 1.29 against 1.37-1.38, but the farm's `lan-256` at 1.399 and 1.412 ×
+//! its bound against 1.361 with 4 MiB (1.323 in FARM.md), its dispatch
+//! p50 196-271 ms against 106;
 //! what a daemon keeps on purpose (the result cache's memory tier, bounded
 //! by `--cache-memory`; an agent's results kept for re-delivery, bounded by
 //! `agent::work::HELD_MAX_BYTES`).

@@ -225,7 +225,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     config.metrics = a.metrics.as_deref().map(args::parse_addr).transpose()?;
     config.transport = TransportOptions {
         idle_timeout: Duration::from_secs_f64(a.idle_timeout.max(0.5)),
-        ..TransportOptions::scheduler()
+        ..TransportOptions::default()
     };
     config.core.longest_first = a.longest_first;
     config.core.speed_aware = !a.no_speed_aware;

@@ -71,24 +71,6 @@ impl Default for TransportOptions {
 }
 
 impl TransportOptions {
-    /// The scheduler's: the defaults, but a stream window of 1 MiB, so
-    /// that what the scheduler keeps per connection after a load is small
-    /// (issue 15's memory item).
-    ///
-    /// What a peer sends before the scheduler reads it waits in quinn's
-    /// reassembly queue, whose capacity stays at the largest it reached for
-    /// as long as the connection lives, and the scheduler stops reading a
-    /// connection whose share of the payload budget is spent: every
-    /// consumerd's control stream filled its window. `cargo bench --bench
-    /// memory`, the scheduler's anonymous memory 15 s after its run: 6.3
-    /// MiB with 4 MiB (idle 2.1), 5.4 with 1 MiB and a lower peak (45
-    /// against 69-78 MiB), the run as fast; 5.4 again with 256 KiB. At 1
-    /// GB/s, 1 MiB still covers a round trip of 1 ms; the connection-wide
-    /// window stays 16 MiB.
-    pub fn scheduler() -> Self {
-        TransportOptions { stream_receive_window: 1 << 20, ..TransportOptions::default() }
-    }
-
     /// quinn's transport configuration for these options.
     ///
     /// # Errors

@@ -91,7 +91,7 @@ impl ServerConfig {
         ServerConfig {
             listen,
             identity,
-            transport: TransportOptions::scheduler(),
+            transport: TransportOptions::default(),
             core: Config::default(),
             payload_budget: 256 << 20,
             max_connections: 4096,
