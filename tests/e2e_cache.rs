@@ -98,6 +98,72 @@ fn a_hit_is_served_with_no_agent_connected_and_survives_a_restart() {
     assert_eq!(totals(&c, "intercepted"), 1);
 }
 
+/// A compile failure is shared with the identical requests waiting for
+/// it (the same source fails the same way) — unless it may be its agent's:
+/// a full scratch disk, a killed compiler. Such a failure goes to its own
+/// request only; a waiting one compiles again. (Agents answer such failures
+/// as their own errors; this agent is hand-written and does not.)
+#[test]
+fn a_failure_that_may_be_its_agents_is_not_shared() {
+    use bytes::Bytes;
+    use ccroute_wire::ResultHeader;
+    use common::raw::RawAgent;
+    let mut c = Cluster::new();
+    let args = cache_dir_args(&c.dir.path().join("cache"));
+    let addr = start_scheduler(&mut c, &[args, vec!["--no-hedging".into()]].concat());
+    let (a, b) = (&b"int f(void) { return 1 }\n"[..], &b"char big[400000] = {1};\n"[..]);
+    let s = spec(0);
+    let failed = |id: u64, stderr: &str| ResultHeader {
+        exit_status: 1,
+        stderr: Bytes::from(stderr.to_owned()),
+        ..ResultHeader::bare(id, Outcome::CompileFailed)
+    };
+    let waiting = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.status()["cache"]["deduplicated"].as_u64() != Some(n) {
+            assert!(Instant::now() < deadline, "no request waits for the first: {}", c.status());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    rt().block_on(async {
+        let mut agent = RawAgent::connect(&c.tls, addr).await;
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        // The source's own failure: its twin waiting for it gets it too.
+        cd.send(1, &s, a, Some(honest_key(&s, a))).await;
+        let (task, _) = agent.task().await;
+        cd.send(2, &s, a, Some(honest_key(&s, a))).await;
+        waiting(1);
+        agent.answer(failed(task.task_id, "t.c:1:25: error: expected ';' before '}' token\n"), vec![]).await;
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let (h, _) = cd.result().await;
+            assert_eq!(h.outcome, Outcome::CompileFailed);
+            ids.push(h.task_id);
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, [1, 2]);
+        // The machine's failure: passed on to its own request (a real
+        // consumerd compiles it locally); the twin reaches the agent.
+        cd.send(3, &s, b, Some(honest_key(&s, b))).await;
+        let (task, _) = agent.task().await;
+        cd.send(4, &s, b, Some(honest_key(&s, b))).await;
+        waiting(2);
+        let full = "/s/task-1/tmp/cc0l.s: Fatal error: can't fill 256 bytes in section .data of /s/task-1/out.o: \
+                    'No space left on device'\n";
+        agent.answer(failed(task.task_id, full), vec![]).await;
+        let (h, _) = cd.result().await;
+        assert_eq!((h.task_id, &h.outcome), (3, &Outcome::CompileFailed));
+        let (task, _) = agent.task().await;
+        let (packed, info) = ccroute_wire::payload::compress(&test_object(b));
+        agent
+            .answer(ResultHeader { payload: info, ..ResultHeader::bare(task.task_id, Outcome::Success) }, packed)
+            .await;
+        let (h, object) = cd.result().await;
+        assert_eq!((h.task_id, &h.outcome), (4, &Outcome::Success));
+        assert_eq!(object, test_object(b));
+    });
+}
+
 #[test]
 fn a_poisoning_attempt_stores_nothing_and_the_honest_request_compiles() {
     let mut c = Cluster::new();

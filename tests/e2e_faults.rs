@@ -294,3 +294,47 @@ fn an_agent_back_from_a_cut_has_its_held_runs_taken_as_copies() {
     let won: u64 = c.status()["agents"].as_array().unwrap().iter().map(|a| a["copies_won"].as_u64().unwrap()).sum();
     eprintln!("held runs taken as copies: {adopted}; copies that answered first: {won}");
 }
+
+/// An agent whose scratch disk fills up fails gcc as a source error would
+/// (exit 1, "No space left on device" from the assembler). That failure is
+/// the agent's, not the unit's: the build gets gcc's own object, compiled
+/// locally, and the agent says what to look at. Before, the build failed.
+#[test]
+fn an_agent_with_a_full_scratch_disk_fails_no_build() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=2048k", "tmpfs"]).arg(scratch.path()).status();
+    assert!(mounted.is_ok_and(|s| s.success()), "this test mounts a tmpfs: run it as root");
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(scratch.path());
+    let mut c = Cluster::new();
+    c.start_scheduler(&["--no-hedging"]);
+    let dir = scratch.path().to_str().unwrap().to_owned();
+    c.start_agent(&["--no-speed-probe", "--scratch-dir", &dir]);
+    c.start_consumerd(1, true);
+    c.wait_ready(1);
+    // Fill the scratch filesystem to 128 KiB free: room for a source, none for the object.
+    let out = Command::new("df").args(["--output=avail", "-B1"]).arg(scratch.path()).output().unwrap();
+    let avail: u64 = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
+    std::fs::write(scratch.path().join("fill"), vec![1u8; (avail - (128 << 10)) as usize]).unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("big.c"), "char big[600000] = {1};\nint g(int i) { return big[i]; }\n").unwrap();
+    let plain = Command::new("gcc").args(["-O2", "-c", "big.c", "-o", "plain.o"]).current_dir(src.path()).status();
+    assert!(plain.unwrap().success());
+    let out = c
+        .command(common::ccroute())
+        .args(["gcc", "-O2", "-c", "big.c", "-o", "big.o"])
+        .current_dir(src.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the build failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let read = |name: &str| std::fs::read(src.path().join(name)).unwrap();
+    assert!(read("big.o") == read("plain.o"), "not gcc's object");
+    let agent = c.agents[0].log_text();
+    assert!(agent.contains("compiles failed here in a way that may be this machine's"), "{agent}");
+    assert!(agent.contains("No space left on device"), "{agent}");
+}

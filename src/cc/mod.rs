@@ -23,6 +23,8 @@
 //! - [`lang`]: languages by extension and `-x`, build-system probes.
 //! - [`spec`]: the rules a compile spec must meet, which the consumerd's
 //!   classification and the agent's allow-list both apply.
+//! - [`failure::suspect`]: whether a failed compile failed because of its
+//!   source or because of the machine it ran on.
 //!
 //! Left out: running any process (the consumerd and agent do), the toolchain
 //! identity (`crate::toolchain`), Objective-C, assembler and every other language.
@@ -30,6 +32,7 @@
 pub mod allow;
 pub(crate) mod args;
 pub mod depfile;
+pub mod failure;
 pub mod lang;
 pub mod layout;
 pub mod plan;

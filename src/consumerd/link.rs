@@ -466,6 +466,13 @@ fn to_compiled(header: ResultHeader, object: &[u8]) -> Result<Compiled, RemoteEr
             Ok(Compiled { exit_status: 0, parts, cached: header.cached, from_inputs: false, text_because: None })
         }
         Outcome::CompileFailed => {
+            // An agent that did not ask, or a failure cached before agents
+            // asked: a local compile decides (DESIGN.md, invariant 1).
+            if let Some(why) = crate::cc::failure::suspect(header.exit_status, &header.stderr) {
+                return Err(RemoteError::Agent(format!(
+                    "its compile failed in a way that may be the machine's, not the source's ({why})"
+                )));
+            }
             let parts = CompiledParts { stdout: header.stdout, stderr: header.stderr, object: Bytes::new() };
             Ok(Compiled {
                 exit_status: header.exit_status,
@@ -672,5 +679,35 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
             }
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn failed(stderr: &str) -> ResultHeader {
+        ResultHeader {
+            exit_status: 1,
+            stderr: Bytes::from(stderr.to_owned()),
+            ..ResultHeader::bare(7, Outcome::CompileFailed)
+        }
+    }
+
+    /// A failure an agent passed on as the source's, but that names the
+    /// machine (an agent that did not ask, a failure cached before agents
+    /// asked), is compiled here; the source's own failure is the answer.
+    #[test]
+    fn a_failure_that_may_be_the_machines_is_compiled_here() {
+        let full =
+            failed("x.s: Fatal error: can't fill 256 bytes in section .data of out.o: 'No space left on device'\n");
+        match to_compiled(full, &[]) {
+            Err(RemoteError::Agent(why)) => assert!(why.contains("No space left on device"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let own = to_compiled(failed("t.c:1:25: error: expected ';' before '}' token\n"), &[]).unwrap();
+        assert_eq!(own.exit_status, 1);
+        assert!(String::from_utf8_lossy(&own.parts.stderr).contains("expected ';'"));
     }
 }

@@ -319,7 +319,15 @@ impl Hook<NetJob> for CacheHook {
             return; // a waiter, or answered from the cache
         };
         let answer = match end {
-            EndView::Answered(a) if matches!(a.header.outcome, Outcome::Success | Outcome::CompileFailed) => a.clone(),
+            // A failure that may be its agent's, not its source's, is
+            // neither stored nor shared (an agent that did not ask).
+            EndView::Answered(a)
+                if a.header.outcome == Outcome::Success
+                    || (a.header.outcome == Outcome::CompileFailed
+                        && crate::cc::failure::suspect(a.header.exit_status, &a.header.stderr).is_none()) =>
+            {
+                a.clone()
+            }
             _ => {
                 self.shared.promote(key, flight.waiters);
                 return;

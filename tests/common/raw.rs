@@ -190,6 +190,12 @@ impl RawAgent {
     pub async fn answer_partly(&self, task_id: u64, size: u64) -> quinn::SendStream {
         answer_partly(&self.conn, task_id, size).await
     }
+
+    /// Answers `header`'s task with it and `object` (compressed as
+    /// `header.payload` says).
+    pub async fn answer(&self, header: ResultHeader, object: Vec<u8>) {
+        send_frame(&self.conn, &self.writer, Message::TaskResult(header), object).await;
+    }
 }
 
 impl RawConsumerd {

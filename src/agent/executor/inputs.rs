@@ -101,7 +101,7 @@ impl Executor {
         let (fetched, reused) = (tree.fetched, tree.reused);
         let result = tokio::task::spawn_blocking(move || {
             // The output as the compiler printed it: its paths are the client's own.
-            let result = finished.and_then(|f| finish(f, &object, max_object, Bytes::copy_from_slice));
+            let result = finished.and_then(|f| finish(f, &object, dir.path(), max_object, Bytes::copy_from_slice));
             drop(tree);
             if let Err(e) = dir.close() {
                 tracing::warn!(error = %e, "cannot remove a task directory");

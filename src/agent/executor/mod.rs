@@ -15,7 +15,9 @@
 //! directory, on every path. Exit 0 is [`Outcome::Success`], another exit status
 //! [`Outcome::CompileFailed`] with the compiler's output (its scratch paths
 //! turned back into the user's), anything else — a signal, a limit, a
-//! cancel, the time limit — an [`Outcome::InternalError`] saying what, after
+//! cancel, the time limit, a failure that may be this machine's rather than
+//! the source's ([`crate::cc::failure`]; the scratch filesystem under
+//! [`SCRATCH_LOW`] free) — an [`Outcome::InternalError`] saying what, after
 //! which the consumerd compiles locally.
 //!
 //! The compiler's environment is `PATH` (the agent's), `TMPDIR` (inside
@@ -244,6 +246,8 @@ pub(crate) enum TaskError {
     OutputTooLarge { stream: &'static str, max: u64 },
     #[error("compiler killed by signal {signal} ({name})")]
     Signaled { signal: i32, name: &'static str },
+    #[error("the compile failed in a way that may be this agent's, not its source's: {0}")]
+    MachineFailure(String),
     #[error("compiler exited 0 but its object cannot be read: {0}")]
     NoObject(io::Error),
     #[error("object of {len} bytes exceeds limit {max}")]
@@ -378,6 +382,9 @@ impl Executor {
             }
             Err(e) => {
                 tracing::debug!(%toolchain, error = %e, "task not compiled");
+                if let TaskError::MachineFailure(why) = &e {
+                    warn_machine_failure(why);
+                }
                 ExecResult::internal_error(e.to_string())
             }
         }
@@ -579,14 +586,20 @@ fn prepare(
 /// paths turned back into the user's. Blocking (reads the object).
 fn conclude(cmd: &AgentCommand, f: process::Finished, max_object: u64) -> Result<ExecResult, TaskError> {
     let out = |bytes: &[u8]| Bytes::from(cmd.rewrite_output(bytes));
-    finish(f, &cmd.object_path, max_object, out)
+    let scratch = cmd.object_path.parent().unwrap_or(&cmd.object_path);
+    finish(f, &cmd.object_path, scratch, max_object, out)
 }
 
 /// The result of a finished compiler run: its output through `out`, and
-/// the object at `object` when it exited 0. Blocking (reads the object).
+/// the object at `object` when it exited 0. A failure that may be the
+/// machine's rather than the source's ([`crate::cc::failure::suspect`], or
+/// `scratch`'s filesystem under [`SCRATCH_LOW`] free) is an error, so that
+/// the unit is compiled locally and its failure never cached. Blocking
+/// (reads the object).
 fn finish(
     f: process::Finished,
     object: &Path,
+    scratch: &Path,
     max_object: u64,
     out: impl Fn(&[u8]) -> Bytes,
 ) -> Result<ExecResult, TaskError> {
@@ -595,6 +608,18 @@ fn finish(
         (None, Some(signal)) => return Err(TaskError::Signaled { signal, name: process::signal_name(signal) }),
         (None, None) => return Err(TaskError::Wait(io::Error::other(format!("unexpected wait status {}", f.status)))),
     };
+    if code != 0 {
+        if let Some(why) = crate::cc::failure::suspect(code, &f.stderr) {
+            return Err(TaskError::MachineFailure(why));
+        }
+        if let Some(free) = free_bytes(scratch).filter(|free| *free < SCRATCH_LOW) {
+            return Err(TaskError::MachineFailure(format!(
+                "exit status {code} with {} KiB free on the scratch filesystem of {}: give it room",
+                free >> 10,
+                scratch.display()
+            )));
+        }
+    }
     let mut header = ResultHeader {
         task_id: 0,
         outcome: Outcome::CompileFailed,
@@ -614,6 +639,30 @@ fn finish(
     header.outcome = Outcome::Success;
     header.payload = info;
     Ok(ExecResult { header, object: wire.into() })
+}
+
+/// A compile that fails with less than this free where it ran is taken
+/// for the machine's failure, whatever its output says (which may be in
+/// the user's language).
+pub const SCRATCH_LOW: u64 = 16 << 20;
+
+/// Bytes an unprivileged process may still write on `path`'s filesystem,
+/// or `None` when it cannot be asked.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    #[allow(unsafe_code)]
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call,
+    // and `stat` points to writable memory of the struct's size, which
+    // statvfs fills entirely when it returns 0 (and is read only then).
+    let stat = unsafe {
+        if libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// Reads the object, refusing one past `max` bytes without reading it all.
@@ -703,6 +752,21 @@ fn sandbox_set_up(f: process::Finished) -> Result<process::Finished, TaskError> 
         return Err(TaskError::Sandbox(format!("the sandbox could not be made: {}", why.trim())));
     }
     Ok(f)
+}
+
+/// Says, at most once a minute, that compiles here fail in ways that may be
+/// this machine's: their units are compiled by their consumerds instead,
+/// so nothing fails, but the farm does not get them.
+fn warn_machine_failure(why: &str) {
+    static SAID: crate::said::Every = crate::said::Every::new(crate::said::A_MINUTE);
+    let Some(times) = SAID.due() else { return };
+    tracing::warn!(
+        times,
+        last = why,
+        "compiles failed here in a way that may be this machine's, not their sources': their consumerds compile them \
+         instead; look at the scratch filesystem's free space (--scratch-dir), memory, and the toolchains' programs \
+         (said at most once a minute)"
+    );
 }
 
 /// Says, at most once a minute (every unit that needs the sandbox fails the

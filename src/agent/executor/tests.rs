@@ -382,11 +382,11 @@ async fn the_compiler_sees_only_path_a_private_tmpdir_and_the_specs_locale() {
     let parent = tempfile::tempdir().unwrap();
     let tools = tempfile::tempdir().unwrap();
     // Prints its environment and where the source is, then fails.
-    let env = script(tools.path(), "gcc", "env | sort; for a; do last=$a; done; echo \"object=$last\"; exit 2");
+    let env = script(tools.path(), "gcc", "env | sort; for a; do last=$a; done; echo \"object=$last\"; exit 1");
     let exec = executor(parent.path(), Some(&env), ExecLimits::default());
     let with_locale = TaskSpec { env: vec![("LANG".into(), "C.UTF-8".into())], ..spec(&["-O2"], "a.c") };
     let r = exec.run(task(FAKE, &with_locale, b"int x;\n"), CancellationToken::new()).await;
-    assert_eq!((&r.header.outcome, r.header.exit_status), (&Outcome::CompileFailed, 2));
+    assert_eq!((&r.header.outcome, r.header.exit_status), (&Outcome::CompileFailed, 1));
     let stdout = String::from_utf8_lossy(&r.header.stdout).into_owned();
     assert!(stdout.contains("LANG=C.UTF-8\n"), "{stdout}");
     let names: Vec<&str> = stdout.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
@@ -627,4 +627,86 @@ fn a_sandbox_that_cannot_be_made_is_the_agents_failure_not_the_compiles() {
     let compile_error = ran(1, b"a.c:1:1: error: expected ';' before '}' token\n");
     assert!(super::sandbox_set_up(compile_error).is_ok());
     assert!(super::sandbox_set_up(ran(0, b"bwrap: a warning the compile survived\n")).is_ok());
+}
+
+/// A tmpfs of a few KiB on a fresh directory, unmounted when dropped.
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    /// Mounts one of `kib` KiB, or says why it cannot (mounting needs root).
+    fn mount(kib: u32) -> Result<SmallTmpfs, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(SmallTmpfs { dir })
+    }
+
+    /// Fills it up to `left` bytes free.
+    fn fill(&self, left: u64) {
+        let free = free_bytes(self.dir.path()).unwrap();
+        fs::write(self.dir.path().join("fill"), vec![1u8; (free - left) as usize]).unwrap();
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_the_compiler_blames_on_the_machine_is_an_internal_error() {
+    let parent = tempfile::tempdir().unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    let said = "x.s: Fatal error: can't write 4096 bytes to section .text of out.o: 'No space left on device'";
+    let full = script(tools.path(), "gcc", &format!("echo \"{said}\" >&2; exit 1"));
+    let exec = executor(parent.path(), Some(&full), ExecLimits::default());
+    let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    let why = internal_error(&r);
+    assert!(why.starts_with("the compile failed in a way that may be this agent's") && why.contains(said), "{why}");
+    // An internal compiler error, exit 4 (gcc's own status for it).
+    let ice = script(tools.path(), "gcc", "echo 'a.c:1:1: internal compiler error: Segmentation fault' >&2; exit 4");
+    let exec = executor(parent.path(), Some(&ice), ExecLimits::default());
+    let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    assert!(internal_error(&r).contains("internal compiler error"), "{}", internal_error(&r));
+    assert_scratch_empty(&exec);
+}
+
+/// gcc on a scratch filesystem that fills up mid-compile fails with exit 1
+/// as if the source were wrong; the agent answers it as its own failure (the
+/// consumerd compiles the unit locally, nothing is cached), and also any
+/// failure on a scratch with under [`SCRATCH_LOW`] free, whatever the
+/// compiler said (its words may be in the user's language).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_scratch_disk_is_the_agents_failure_not_the_sources() {
+    let tmpfs = match SmallTmpfs::mount(2048) {
+        Ok(t) => t,
+        Err(why) => return crate::test_env::lacking("root", &format!("cannot mount a tmpfs: {why}")),
+    };
+    let tools = tempfile::tempdir().unwrap();
+    let plain = script(tools.path(), "gcc", "echo 'a.c:1:1: error: expected something' >&2; exit 1");
+    let exec = executor(tmpfs.dir.path(), Some(&plain), ExecLimits::default());
+    let p = project();
+    fs::write(p.path().join("src/big.c"), "char big[600000] = {1};\nint g(int i) { return big[i]; }\n").unwrap();
+    let args = ["-O2", "-c", "src/big.c", "-o", "obj/big.o"];
+    let (t, _, _) = consumerd_task("/usr/bin/gcc", GCC, p.path(), &args);
+    let r = exec.run(t, CancellationToken::new()).await;
+    assert_eq!(r.header.outcome, Outcome::Success, "with room: {}", String::from_utf8_lossy(&r.header.stderr));
+    tmpfs.fill(128 << 10);
+    let (t, _, _) = consumerd_task("/usr/bin/gcc", GCC, p.path(), &args);
+    let r = exec.run(t, CancellationToken::new()).await;
+    let why = internal_error(&r);
+    assert!(why.contains("No space left on device"), "{why}");
+    let r = exec.run(task(FAKE, &spec(&[], "a.c"), b"int x;\n"), CancellationToken::new()).await;
+    let why = internal_error(&r);
+    assert!(why.contains("exit status 1 with") && why.contains("KiB free on the scratch filesystem"), "{why}");
+    assert_scratch_empty(&exec);
 }
