@@ -298,11 +298,14 @@ fn an_agent_back_from_a_cut_has_its_held_runs_taken_as_copies() {
 /// An agent whose scratch disk fills up fails gcc as a source error would
 /// (exit 1, "No space left on device" from the assembler). That failure is
 /// the agent's, not the unit's: the build gets gcc's own object, compiled
-/// locally, and the agent says what to look at. Before, the build failed.
+/// locally, and the agent says what to look at (before, the build failed).
+/// Nearly full (under 16 MiB free while it compiles nothing), the agent
+/// leaves the scheduler rather than fail every unit it would be given, and
+/// joins again once it has room.
 #[test]
-fn an_agent_with_a_full_scratch_disk_fails_no_build() {
+fn an_agent_whose_scratch_disk_fills_fails_no_build_and_leaves_until_it_has_room() {
     let scratch = tempfile::tempdir().unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=2048k", "tmpfs"]).arg(scratch.path()).status();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"]).arg(scratch.path()).status();
     assert!(mounted.is_ok_and(|s| s.success()), "this test mounts a tmpfs: run it as root");
     struct Unmount<'a>(&'a std::path::Path);
     impl Drop for Unmount<'_> {
@@ -311,30 +314,65 @@ fn an_agent_with_a_full_scratch_disk_fails_no_build() {
         }
     }
     let _unmount = Unmount(scratch.path());
+    let fill = |left_mib: u64| {
+        let path = scratch.path().join("fill");
+        let _ = std::fs::remove_file(&path);
+        let out = Command::new("df").args(["--output=avail", "-B1"]).arg(scratch.path()).output().unwrap();
+        let avail: u64 = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
+        std::fs::write(path, vec![1u8; (avail - (left_mib << 20)) as usize]).unwrap();
+    };
     let mut c = Cluster::new();
-    c.start_scheduler(&["--no-hedging"]);
+    c.start_scheduler(&["--no-hedging", "--no-cache"]);
     let dir = scratch.path().to_str().unwrap().to_owned();
     c.start_agent(&["--no-speed-probe", "--scratch-dir", &dir]);
     c.start_consumerd(1, true);
     c.wait_ready(1);
-    // Fill the scratch filesystem to 128 KiB free: room for a source, none for the object.
-    let out = Command::new("df").args(["--output=avail", "-B1"]).arg(scratch.path()).output().unwrap();
-    let avail: u64 = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
-    std::fs::write(scratch.path().join("fill"), vec![1u8; (avail - (128 << 10)) as usize]).unwrap();
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("big.c"), "char big[600000] = {1};\nint g(int i) { return big[i]; }\n").unwrap();
-    let plain = Command::new("gcc").args(["-O2", "-c", "big.c", "-o", "plain.o"]).current_dir(src.path()).status();
-    assert!(plain.unwrap().success());
-    let out = c
-        .command(common::ccroute())
-        .args(["gcc", "-O2", "-c", "big.c", "-o", "big.o"])
-        .current_dir(src.path())
-        .output()
+    std::fs::write(src.path().join("big.c"), "char big[24000000] = {1};\nint g(int i) { return big[i]; }\n").unwrap();
+    std::fs::write(src.path().join("small.c"), "int s(int i) { return i * 7; }\n").unwrap();
+    // Another unit: big.c compiled here is answered from the consumerd's own cache.
+    std::fs::write(src.path().join("big2.c"), "char big2[24000000] = {2};\nint h(int i) { return big2[i]; }\n")
         .unwrap();
-    assert!(out.status.success(), "the build failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
-    let read = |name: &str| std::fs::read(src.path().join(name)).unwrap();
-    assert!(read("big.o") == read("plain.o"), "not gcc's object");
+    let compile = |unit: &str| {
+        let plain = Command::new("gcc").args(["-O2", "-c", unit, "-o", "plain.o"]).current_dir(src.path()).status();
+        assert!(plain.unwrap().success());
+        let out = c
+            .command(common::ccroute())
+            .args(["gcc", "-O2", "-c", unit, "-o", "through.o"])
+            .current_dir(src.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the build failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+        let read = |name: &str| std::fs::read(src.path().join(name)).unwrap();
+        assert!(read("through.o") == read("plain.o"), "{unit}: not gcc's object");
+    };
+    let agents = |n: usize, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.status()["agents"].as_array().unwrap().len() != n {
+            assert!(Instant::now() < deadline, "{what}: {}\n{}", c.status(), c.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let completed = || c.status()["totals"]["completed"].as_u64().unwrap();
+
+    // Room for the source and gcc's temporary files, none for a 24 MB object.
+    fill(20);
+    compile("big.c");
+    assert_eq!(completed(), 0, "the agent's failure was an answer");
     let agent = c.agents[0].log_text();
     assert!(agent.contains("compiles failed here in a way that may be this machine's"), "{agent}");
     assert!(agent.contains("No space left on device"), "{agent}");
+
+    // Nearly full: the agent leaves; units compile locally meanwhile.
+    fill(8);
+    agents(0, "the agent never left");
+    assert!(c.agents[0].log_text().contains("left the scheduler until it has 32 MiB free"), "{}", c.logs());
+    compile("small.c");
+
+    // Room again: it joins, and compiles.
+    std::fs::remove_file(scratch.path().join("fill")).unwrap();
+    agents(1, "the agent never came back");
+    c.wait_ready(1);
+    compile("big2.c");
+    assert_eq!(completed(), 1, "{}", c.status());
 }

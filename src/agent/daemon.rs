@@ -12,6 +12,15 @@
 //! comes back. When the connection drops, the compiles go on and what they
 //! produce is kept: the next scheduler adopts what its consumerds still
 //! want ([`super::work`]).
+//!
+//! An agent whose scratch filesystem is nearly full ([`SCRATCH_LOW`] free
+//! while it compiles nothing, so the space is not its own compiles') would
+//! fail every unit it is given — each then compiled by its consumerd after
+//! a wasted round trip — and, answering at once, would look the least
+//! loaded agent of the farm and draw ever more of them. It leaves the
+//! scheduler instead, says so with what to free, and joins again once it
+//! has twice that free ([`ROOM_TO_COME_BACK`]); it does not join while it
+//! lacks it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,7 +33,7 @@ use ccroute_wire::{Frame, HelloBody, Message, Role, Toolchain};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::executor::{Executor, ExecutorConfig, ExecutorError};
+use super::executor::{free_bytes, Executor, ExecutorConfig, ExecutorError, SCRATCH_LOW};
 use super::sampler::CpuSampler;
 use super::shipped::{self, Sandbox, Shipping, Store};
 use super::work::Work;
@@ -74,6 +83,28 @@ pub struct AgentConfig {
     pub wait_for_certificates: Option<PathBuf>,
     /// Where to serve Prometheus metrics (`/metrics`); `None`: nowhere.
     pub metrics: Option<SocketAddr>,
+}
+
+/// The scratch filesystem's free bytes an agent that left for want of
+/// them waits for before it joins again: twice what made it leave, so that
+/// one compile's temporary files do not make it come and go.
+pub const ROOM_TO_COME_BACK: u64 = 2 * SCRATCH_LOW;
+
+/// `scratch`'s free bytes when under `needed`; `None` when there is room
+/// (or the filesystem cannot be asked).
+fn short_of_room(scratch: &Path, needed: u64) -> Option<u64> {
+    free_bytes(scratch).filter(|free| *free < needed)
+}
+
+/// How a connection's service ended.
+enum Ended {
+    /// The agent is shutting down.
+    Shutdown,
+    /// The connection was lost: why.
+    Lost(String),
+    /// The scratch filesystem has only these bytes free, with nothing
+    /// compiling: the agent leaves until it has room.
+    NoRoom(u64),
 }
 
 /// The agent's `/metrics`: its compiles, read from the executor at scrape time.
@@ -235,7 +266,32 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
     let mut backoff = net::Backoff::new();
     let mut last_error: Option<String> = None;
     let mut identity = config.identity.clone();
+    // Whether it waits for room on its scratch filesystem (and has said so).
+    let mut short = false;
     while !shutdown.is_cancelled() {
+        let scratch = work.executor().scratch_root().to_owned();
+        let needed = if short { ROOM_TO_COME_BACK } else { SCRATCH_LOW };
+        if let Some(free) = short_of_room(&scratch, needed) {
+            if !short {
+                tracing::warn!(
+                    scratch = %scratch.display(),
+                    free_kib = free >> 10,
+                    "the scratch filesystem is nearly full: this agent joins the scheduler once it has {} MiB free \
+                     (free space there, or give --scratch-dir another filesystem)",
+                    ROOM_TO_COME_BACK >> 20
+                );
+                short = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = shutdown.cancelled() => {}
+            }
+            continue;
+        }
+        if short {
+            tracing::info!(scratch = %scratch.display(), "the scratch filesystem has room again: joining the scheduler");
+            short = false;
+        }
         let started = Instant::now();
         // Dialling knocks for as long as nothing answers: shutdown stops it.
         let dialled = tokio::select! {
@@ -247,9 +303,8 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                 tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
                 last_error = None;
                 let connected = Instant::now();
-                let lost = serve(&conn, writer, reader, &mut work, &mut sampler, &shutdown).await;
-                match lost {
-                    Some(e) => {
+                match serve(&conn, writer, reader, &mut work, &mut sampler, &shutdown).await {
+                    Ended::Lost(e) => {
                         work.orphan();
                         tracing::warn!(
                             scheduler = %config.scheduler,
@@ -259,7 +314,20 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                             "scheduler connection lost; compiles go on, for the next scheduler to adopt"
                         );
                     }
-                    None => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
+                    Ended::Shutdown => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
+                    Ended::NoRoom(free) => {
+                        conn.close(net::CloseReason::Done.code(), b"agent leaving: its scratch filesystem is full");
+                        tracing::warn!(
+                            scratch = %work.executor().scratch_root().display(),
+                            free_kib = free >> 10,
+                            "the scratch filesystem is nearly full, and every compile here would fail: left the \
+                             scheduler until it has {} MiB free (free space there, or give --scratch-dir another \
+                             filesystem)",
+                            ROOM_TO_COME_BACK >> 20
+                        );
+                        short = true;
+                        continue;
+                    }
                 }
                 backoff.after_lost(connected.elapsed())
             }
@@ -420,7 +488,8 @@ async fn connect(
     Ok((conn, writer, reader, welcome.limit))
 }
 
-/// Serves one connection. `None`: shutdown; `Some(e)`: the connection was lost.
+/// Serves one connection until shutdown, its loss, or a scratch
+/// filesystem too full to compile on.
 async fn serve(
     conn: &quinn::Connection,
     writer: net::FrameWriter,
@@ -428,7 +497,7 @@ async fn serve(
     work: &mut Work,
     sampler: &mut CpuSampler,
     shutdown: &CancellationToken,
-) -> Option<String> {
+) -> Ended {
     let mut uni = net::accept_frames(conn.clone(), ccroute_wire::Limits::DEFAULT);
     let mut senders = JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -444,13 +513,13 @@ async fn serve(
         let frame: Frame = tokio::select! {
             next = reader.next() => match next {
                 Ok(Some(f)) => f,
-                Ok(None) => break Some("the scheduler closed the control stream".to_string()),
-                Err(e) => break Some(e.to_string()),
+                Ok(None) => break Ended::Lost("the scheduler closed the control stream".to_string()),
+                Err(e) => break Ended::Lost(e.to_string()),
             },
             next = uni.next() => match next {
                 Some(Ok(f)) => f,
-                Some(Err(e @ NetError::ConnectionLost { .. })) => break Some(e.to_string()),
-                None => break Some("connection ended".to_string()),
+                Some(Err(e @ NetError::ConnectionLost { .. })) => break Ended::Lost(e.to_string()),
+                None => break Ended::Lost("connection ended".to_string()),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "a task stream failed");
                     // A task whose source did not come whole is answered at
@@ -459,14 +528,14 @@ async fn serve(
                     let Ok((Message::Task(t), why)) = e.into_unfinished() else { continue };
                     let (header, _) = work.refuse(t.task_id, format!("the task's source did not reach the agent whole: {why}"));
                     if let Err(e) = writer.send(Message::TaskResult(header), Bytes::new()).await {
-                        break Some(e.to_string());
+                        break Ended::Lost(e.to_string());
                     }
                     continue;
                 }
             },
             Some((header, object)) = work.next_finished() => {
                 if let Err(e) = net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await {
-                    break Some(e.to_string());
+                    break Ended::Lost(e.to_string());
                 }
                 continue;
             }
@@ -481,20 +550,25 @@ async fn serve(
                 if trim.observe(Instant::now(), executor.started(), u64::from(executor.running())) {
                     tokio::task::spawn_blocking(memory::release_free_memory);
                 }
+                if executor.running() == 0 {
+                    if let Some(free) = short_of_room(executor.scratch_root(), SCRATCH_LOW) {
+                        break Ended::NoRoom(free);
+                    }
+                }
                 let sample = sampler.sample(executor.running(), executor.started());
                 if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {
-                    break Some(e.to_string());
+                    break Ended::Lost(e.to_string());
                 }
                 continue;
             }
-            e = writer.failed() => break Some(e.to_string()),
-            () = shutdown.cancelled() => break None,
+            e = writer.failed() => break Ended::Lost(e.to_string()),
+            () = shutdown.cancelled() => break Ended::Shutdown,
         };
         match frame.message {
             Message::Task(header) => {
                 if let Some((header, _)) = work.start(header, frame.payload, Some(conn.clone())) {
                     if let Err(e) = writer.send(Message::TaskResult(header), Bytes::new()).await {
-                        break Some(e.to_string());
+                        break Ended::Lost(e.to_string());
                     }
                 }
             }
@@ -504,7 +578,7 @@ async fn serve(
                     if let Err(e) =
                         net::send_sized(conn, &writer, &mut senders, Message::TaskResult(header), object, ()).await
                     {
-                        break Some(e.to_string());
+                        break Ended::Lost(e.to_string());
                     }
                 }
             }
@@ -512,7 +586,7 @@ async fn serve(
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
     };
-    if lost.is_none() {
+    if !matches!(lost, Ended::Lost(_)) {
         work.stop();
     }
     // Results still being written on streams of their own are in `recent`.

@@ -648,7 +648,7 @@ pub const SCRATCH_LOW: u64 = 16 << 20;
 
 /// Bytes an unprivileged process may still write on `path`'s filesystem,
 /// or `None` when it cannot be asked.
-fn free_bytes(path: &Path) -> Option<u64> {
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
