@@ -17,6 +17,8 @@
 //!                                          # twice, and the second knows the build's units (a farm's steady state)
 //! FARM_JOBS=2 cargo bench --bench farm -- lan-64
 //!                                          # each build submits up to 2 x the farm's tokens at once, not 1 x
+//! cargo bench --bench farm -- lan-64-lookahead
+//!                                          # run ahead (--lookahead 10 --longest-first), cost model warmed first
 //! FARM_ORDER=critical cargo bench --bench farm -- lan-64
 //!                                          # each build submits its units longest chain first (by recorded
 //!                                          # times), not in make's order
@@ -85,6 +87,18 @@ pub struct Scenario {
     pub loss_permille: u32,
     /// Faults applied during the run, in time order.
     pub faults: Vec<Fault>,
+    /// The scheduler's flags beyond the harness's own (a policy on or off).
+    pub scheduler_flags: Vec<String>,
+    /// Each build submits up to the remote window the scheduler gives it
+    /// when that is more than `jobs` (as `ccroute make`'s jobserver follows
+    /// the window).
+    pub follow_window: bool,
+    /// Run the scenario once first, unmeasured, so that the scheduler's
+    /// cost model knows the build's units (a farm's steady state).
+    pub warm_costs: bool,
+    /// Where the scheduler keeps its cost model across runs (`FARM_COSTS`
+    /// wins); `None`: a fresh one in the run's own directory.
+    pub costs_dir: Option<PathBuf>,
 }
 
 /// One step of a fault: from `at_s` seconds after the builds start (real
@@ -168,7 +182,7 @@ fn relay_main(args: &[OsString]) -> Result<(), String> {
     relay::run(ip, upstream, &specs).map_err(|e| format!("relay: {e}"))
 }
 
-/// `replay --scheduler A --tls-dir D --trace F --jobs N --dilate K --start-at NS --name S --out F`.
+/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --dilate K --start-at NS --name S --out F`.
 fn replay_main(args: &[OsString]) -> Result<(), String> {
     let a = strs(args);
     let get = |k: &str| {
@@ -179,6 +193,7 @@ fn replay_main(args: &[OsString]) -> Result<(), String> {
         tls_dir: get("--tls-dir")?.into(),
         trace: Trace::load(Path::new(&get("--trace")?))?,
         jobs: get("--jobs")?.parse().map_err(|e| format!("--jobs: {e}"))?,
+        follow_window: a.iter().any(|x| x == "--follow-window"),
         dilate: get("--dilate")?.parse().map_err(|e| format!("--dilate: {e}"))?,
         start_at: get("--start-at")?.parse().map_err(|e| format!("--start-at: {e}"))?,
         name: get("--name")?,
@@ -277,6 +292,10 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         alone: false,
         loss_permille: 0,
         faults: vec![],
+        scheduler_flags: vec![],
+        follow_window: false,
+        warm_costs: false,
+        costs_dir: None,
     };
     let gen5k = generated(traces, 5_000, 1);
     vec![
@@ -290,6 +309,19 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         // its critical path by recorded times would start them: what
         // placement does when the build's order does not hold it back.
         base("lan-64-critical", 64, gen5k.in_critical_path_order(), 4.0),
+        // The build's order kept, but run ahead: each consumerd's window
+        // (and so its build's jobserver) ten times its share, the units beyond
+        // the tokens waiting at the scheduler longest expected first, by a
+        // cost model that knows them, their texts held in a budget that
+        // holds them all.
+        Scenario {
+            scheduler_flags: ["--lookahead", "10", "--longest-first", "--payload-budget", "4294967296"]
+                .map(String::from)
+                .to_vec(),
+            follow_window: true,
+            warm_costs: true,
+            ..base("lan-64-lookahead", 64, gen5k.clone(), 4.0)
+        },
         Scenario { slow: 32, slow_speed: 0.4, ..base("mixed-critical", 64, gen5k.in_critical_path_order(), 4.0) },
         {
             let t = generated(traces, 2_000, 3);
@@ -317,6 +349,10 @@ fn smoke(traces: &BTreeMap<String, Trace>) -> Scenario {
         // Loss on every link: nftables works here, and QUIC's recovery loses nothing.
         loss_permille: 5,
         faults: vec![],
+        scheduler_flags: vec![],
+        follow_window: false,
+        warm_costs: false,
+        costs_dir: None,
     }
 }
 
@@ -804,6 +840,21 @@ fn agents_started_settled(hub: &str, tls: &Path, agents: usize) -> Result<u64, S
 
 /// Runs one scenario (and, when asked, each distinct build alone after it).
 fn run_scenario(s: &Scenario) -> Result<Row, String> {
+    // The cost model a first run teaches, kept to the end of the row.
+    let warm_dir = if s.warm_costs && s.costs_dir.is_none() && std::env::var_os("FARM_COSTS").is_none() {
+        Some(tempfile::Builder::new().prefix("ccfarm-costs-").tempdir().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let warmed = warm_dir.as_ref().map(|d| Scenario { costs_dir: Some(d.path().to_owned()), ..s.clone() });
+    let s = match &warmed {
+        Some(w) => {
+            eprintln!("farm: {}: a first run teaches the cost model the build's units", s.name);
+            run_farm(w)?;
+            w
+        }
+        None => s,
+    };
     let figures = run_farm(s)?;
     let mut alone = Vec::new();
     if s.alone {
@@ -855,7 +906,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     // Its cost model starts empty in this run's own directory, or is kept
     // across runs in FARM_COSTS; extra flags (a policy turned off, say) come
     // from FARM_SCHEDULER_FLAGS.
-    let kept_costs = std::env::var_os("FARM_COSTS").map(PathBuf::from);
+    let kept_costs = std::env::var_os("FARM_COSTS").map(PathBuf::from).or_else(|| s.costs_dir.clone());
     let cache_dir = kept_costs.clone().unwrap_or_else(|| w.join("cache")).to_string_lossy().into_owned();
     let mut scheduler_args: Vec<String> = [
         "scheduler",
@@ -870,6 +921,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
     ]
     .map(String::from)
     .to_vec();
+    scheduler_args.extend(s.scheduler_flags.iter().cloned());
     scheduler_args
         .extend(std::env::var("FARM_SCHEDULER_FLAGS").unwrap_or_default().split_whitespace().map(String::from));
     let mut scheduler = spawn_in(&net.hub, Path::new(CCROUTE), &scheduler_args, &w.join("scheduler.log"), true)?;
@@ -949,7 +1001,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
         let tfile = w.join(format!("build-{b}.trace"));
         std::fs::write(&tfile, trace.render()).map_err(|e| e.to_string())?;
         let start_at = t0 + (offset_s * s.dilate * 1e9) as u64;
-        let args = [
+        let mut args = vec![
             "replay".to_owned(),
             "--scheduler".into(),
             link_addr(host),
@@ -968,6 +1020,9 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             "--out".into(),
             w.join(format!("answers-{b}.tsv")).to_string_lossy().into_owned(),
         ];
+        if s.follow_window {
+            args.push("--follow-window".into());
+        }
         clients.push((spawn_in(&net.hosts[host], &exe, &args, &w.join(format!("replay-{b}.log")), false)?, start_at));
     }
     let cpu_before = cpu_seconds(sched_pid);

@@ -1,8 +1,11 @@
 //! The replay client: drives one consumerd's link to the scheduler (the
 //! consumerd's own [`Link`]: its QUIC connection, task registration,
 //! payload streaming and answers) as `make -jN` drives a build: at most N
-//! units outstanding, each submitted as soon as a slot frees and its
-//! dependencies are done, in the trace's order. A unit is the test
+//! units outstanding — or, when asked, the remote window the scheduler
+//! gives it if that is larger (as `ccroute make`'s jobserver follows the
+//! window) — each
+//! submitted as soon as a slot frees and its dependencies are done, in the
+//! trace's order. A unit is the test
 //! toolchain with `-replay=` (its recorded time × the dilation) and a
 //! preprocessed text of its recorded size that compresses to about its
 //! recorded wire size. A unit the scheduler sends back is "compiled here":
@@ -41,6 +44,8 @@ pub struct ReplayConfig {
     pub tls_dir: PathBuf,
     pub trace: Trace,
     pub jobs: usize,
+    /// Submit up to the scheduler's window when it is larger than `jobs`.
+    pub follow_window: bool,
     pub dilate: f64,
     /// `CLOCK_MONOTONIC` ns to start at (0: at once, once connected).
     pub start_at: u64,
@@ -162,8 +167,11 @@ async fn drive(link: &Link, config: &ReplayConfig, pool: &Bytes) -> Vec<Answer> 
     let mut answers = Vec::with_capacity(units.len());
     let toolchain = Arc::new(test_toolchain());
     let mut offset = 0usize;
+    let window = link.window();
     loop {
-        while running.len() < config.jobs.max(1) {
+        let window = if config.follow_window { *window.borrow() as usize } else { 0 };
+        let jobs = config.jobs.max(window).max(1);
+        while running.len() < jobs {
             let Some(seq) = ready.pop_front() else { break };
             let unit = units[seq as usize].clone();
             let text = payload(pool, &mut offset, &unit);

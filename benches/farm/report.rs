@@ -398,7 +398,9 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
            placement, so this is what the build's order allows and **÷ reference** is what placement and transport\n  \
            lose; on unequal hosts, or where texts share the link rather than take turns (QUIC streams do), it is a\n  \
            reference, not a bound. The gap between the reference and the lower bound is the order's: a long unit the\n  \
-           build submits late ends late.\n\
+           build submits late ends late. A build that runs ahead of the tokens (`lan-64-lookahead`: its window, and\n  \
+           so the replay's N, ten times its share) has the same in-order reference, and ÷ reference below 1 is what\n  \
+           starting its waiting units longest first gained.\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \
            over every remote unit, in wall milliseconds as measured; it includes the payload's transfer. **p99 − RTT**\n  \
            subtracts the link's round trip as dilated (the goal: ≤ 1 ms).\n\
@@ -431,6 +433,13 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
         } else {
             s.builds.iter().map(|(t, o)| format!("{} ({} units, from {o} s)", t.about, t.units.len())).collect()
         };
+        let mut traces = traces;
+        if !s.scheduler_flags.is_empty() {
+            traces.push(format!("the scheduler run with `{}`", s.scheduler_flags.join(" ")));
+        }
+        if s.warm_costs {
+            traces.push("its cost model taught the build's units by a first, unmeasured run".into());
+        }
         let _ = writeln!(
             md,
             "- **{}**: {}. Scheduler RSS {:.1} MiB idle, {:.1} KiB more per connected agent, {:.1} MiB at peak; \

@@ -137,6 +137,16 @@ pub struct SchedulerArgs {
     /// a long unit may wait for a fast agent rather than start on a slow one.
     #[arg(long)]
     pub no_speed_aware: bool,
+    /// Give each consumerd a remote window of this many times its fair
+    /// share of the farm's tokens (at least 1). With more, its build runs
+    /// ahead (`ccroute make` sizes its jobserver to the window) and the units
+    /// beyond the tokens wait at the scheduler, where --longest-first starts
+    /// the longest first; each waiting unit's text is held in
+    /// --payload-budget, which must hold about (lookahead - 1) × the farm's
+    /// tokens × a unit's compressed text, or units beyond it go back to be
+    /// compiled locally.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_lookahead)]
+    pub lookahead: f64,
     /// Never copy a straggler. By default a task that runs past twice its
     /// expected time on its agent (and at least a second) is copied to an
     /// idle agent when no task waits for one; the first answer wins and the
@@ -249,6 +259,11 @@ pub struct ConsumerdArgs {
     /// Compiles run on this machine at once (default: CPUs).
     #[arg(long, env = "CCROUTE_LOCAL_JOBS")]
     pub local_jobs: Option<u32>,
+    /// Wrappers that preprocess at once for remote compiles (default: twice
+    /// the CPUs); the others wait their turn with their remote slot, so that
+    /// a large window does not run hundreds of preprocessors here.
+    #[arg(long, env = "CCROUTE_PREPROCESS_JOBS")]
+    pub preprocess_jobs: Option<u32>,
     /// Exit after this many seconds without wrappers (0: never).
     #[arg(long)]
     pub idle_exit: Option<u64>,
@@ -436,6 +451,15 @@ pub fn load_file() -> Result<FileConfig, ConfigError> {
         Ok(text) => toml::from_str(&text).map_err(|e| ConfigError::File { path, reason: e.to_string() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
         Err(e) => Err(ConfigError::File { path, reason: e.to_string() }),
+    }
+}
+
+/// A lookahead: a finite number of at least 1, at most 64.
+fn parse_lookahead(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(f) if (1.0..=64.0).contains(&f) => Ok(f),
+        Ok(_) => Err("a window of 1 to 64 times the share (1: the share itself)".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

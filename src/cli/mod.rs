@@ -230,6 +230,7 @@ async fn scheduler(a: SchedulerArgs) -> Result<(), BoxError> {
     config.core.longest_first = a.longest_first;
     config.core.speed_aware = !a.no_speed_aware;
     config.hedging = !a.no_hedging;
+    config.lookahead = a.lookahead;
     if a.no_optimizer {
         if let Some(o) = config.optimizer.as_mut() {
             o.tune_agents = false;
@@ -304,6 +305,9 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
     let mut config = Config::new(socket);
     if let Some(n) = a.local_jobs.or(file.local_jobs) {
         config.local_slots = n.max(1);
+    }
+    if let Some(n) = a.preprocess_jobs {
+        config.preprocess_slots = n.max(1);
     }
     config.prefer_remote = a.prefer_remote || a.remote_only;
     config.remote_only = a.remote_only;

@@ -5,7 +5,9 @@
 //! [`DirectCache`] and the wrapper sent what it needs): a hit is answered at
 //! once (`Hit`), before any slot is taken → else waits in line → `RunLocally` (holds a local slot
 //! until the connection closes) or `Preprocess` (holds a remote slot; the
-//! compiler's identity is looked up meanwhile) → `Source` → remote compile →
+//! compiler's identity is looked up meanwhile; at most
+//! [`super::Config::preprocess_slots`] wrappers preprocess at once, the
+//! others holding their remote slot in line for it) → `Source` → remote compile →
 //! `Compiled`. `Abandon`, a failed identity lookup or a failed remote compile
 //! give the remote slot back and wait for a local one (`RunLocally`). A
 //! connection that closes gives up whatever it held and cancels its remote
@@ -69,6 +71,8 @@ enum ConnState {
     Looking,
     /// In line for a first grant.
     Queued,
+    /// A remote slot is held; in line to be told to preprocess.
+    Granted,
     /// `RunLocally` sent: a local slot is held.
     Local,
     /// `Preprocess` sent: a remote slot is held; the wrapper preprocesses
@@ -123,6 +127,13 @@ pub(super) struct Dispatcher {
     direct: Option<Arc<DirectCache>>,
     /// Connections of builds (`ccroute make`) told the jobserver size at each change.
     jobserver_builds: std::collections::HashSet<ConnId>,
+    /// Wrappers told to preprocess that have not sent their text yet.
+    preprocessing: std::collections::HashSet<ConnId>,
+    /// Granted a remote slot, in line to preprocess (a connection that
+    /// left or moved on meanwhile is passed over).
+    to_preprocess: std::collections::VecDeque<ConnId>,
+    /// At most this many in `preprocessing`.
+    preprocess_slots: usize,
     /// Units that went remote and were compiled here instead, said at most
     /// once a minute with how many and the last reason: the build goes on,
     /// but an operator should learn that the farm gave units back (an agent
@@ -191,6 +202,9 @@ impl Dispatcher {
             deadlines: Deadlines::new(config.remote_deadline_floor, config.remote_timeout),
             direct,
             jobserver_builds: std::collections::HashSet::new(),
+            preprocessing: std::collections::HashSet::new(),
+            to_preprocess: std::collections::VecDeque::new(),
+            preprocess_slots: config.preprocess_slots.max(1) as usize,
             fallbacks: crate::said::Every::new(crate::said::A_MINUTE),
         }
     }
@@ -279,12 +293,14 @@ impl Dispatcher {
             };
         };
         match (frame.message, &mut conn.state) {
-            (WrapperMsg::Abandon { reason }, ConnState::Preprocessing { .. }) => {
+            (WrapperMsg::Abandon { reason }, ConnState::Preprocessing { .. } | ConnState::Granted) => {
                 debug!(conn = %id, pid = conn.pid, %reason, "wrapper abandoned remote");
                 self.fall_back(id, reason);
             }
             (WrapperMsg::Source(header), ConnState::Preprocessing { source, .. }) if source.is_none() => {
                 *source = Some((frame.payload, header.cacheable));
+                self.preprocessed(id);
+                let Some(conn) = self.conns.get_mut(&id) else { return };
                 if conn.inputs_args.is_some() {
                     conn.listed = Some(header.files.clone());
                 }
@@ -489,18 +505,42 @@ impl Dispatcher {
                     self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason, record }, vec![]));
                 }
                 Grant::Remote => {
-                    conn.state = ConnState::Preprocessing { lookup: IdentityLookup::Pending, source: None };
-                    self.ipc.send(id, Outbound::Message(ConsumerdMsg::Preprocess, vec![]));
-                    let cache = self.toolchains.clone();
-                    let compiler = conn.compiler.clone();
-                    let task = self.work.spawn_blocking(move || {
-                        Done::Toolchain(cache.get(&compiler).map_err(|e| format!("compiler identity: {e}")))
-                    });
-                    self.work_owner.insert(task.id(), (id, WorkKind::Toolchain));
+                    conn.state = ConnState::Granted;
+                    self.to_preprocess.push_back(id);
                 }
             }
         }
+        self.start_preprocessing();
         self.publish();
+    }
+
+    /// Tells wrappers in line to preprocess, while fewer than
+    /// `preprocess_slots` do.
+    fn start_preprocessing(&mut self) {
+        while self.preprocessing.len() < self.preprocess_slots {
+            let Some(id) = self.to_preprocess.pop_front() else { return };
+            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            if !matches!(conn.state, ConnState::Granted) {
+                continue;
+            }
+            conn.state = ConnState::Preprocessing { lookup: IdentityLookup::Pending, source: None };
+            self.preprocessing.insert(id);
+            self.ipc.send(id, Outbound::Message(ConsumerdMsg::Preprocess, vec![]));
+            let cache = self.toolchains.clone();
+            let compiler = conn.compiler.clone();
+            let task = self.work.spawn_blocking(move || {
+                Done::Toolchain(cache.get(&compiler).map_err(|e| format!("compiler identity: {e}")))
+            });
+            self.work_owner.insert(task.id(), (id, WorkKind::Toolchain));
+        }
+    }
+
+    /// `id` no longer preprocesses (its text came, it gave up, it left):
+    /// the next in line may.
+    fn preprocessed(&mut self, id: ConnId) {
+        if self.preprocessing.remove(&id) {
+            self.start_preprocessing();
+        }
     }
 
     /// Starts the remote compile once both the text and the identity are there.
@@ -585,6 +625,7 @@ impl Dispatcher {
                 conn.state,
                 ConnState::Looking
                     | ConnState::Queued
+                    | ConnState::Granted
                     | ConnState::Preprocessing { .. }
                     | ConnState::Compiling { .. }
                     | ConnState::FallingBack { .. }
@@ -699,6 +740,7 @@ impl Dispatcher {
             conn.state = ConnState::FallingBack { reason };
             self.slots.fall_back(id);
         }
+        self.preprocessed(id);
     }
 
     fn violation(&mut self, id: ConnId, what: &str) {
@@ -720,6 +762,7 @@ impl Dispatcher {
             debug!(conn = %id, pid = conn.pid, "connection closed");
         }
         self.slots.release(id);
+        self.preprocessed(id);
     }
 
     fn publish(&self) {

@@ -181,6 +181,10 @@ pub struct Config {
     pub socket: SocketPath,
     /// Local slots: compiles run on this machine at once (at least 1).
     pub local_slots: u32,
+    /// Wrappers told to preprocess at once (at least 1); the others that
+    /// hold a remote slot wait their turn. A window of hundreds of remote
+    /// slots would otherwise run as many preprocessors here at once.
+    pub preprocess_slots: u32,
     /// Exit after this long without connections; zero: never.
     pub idle_exit: Duration,
     /// Wrapper connections open at once; past it a connection is closed at
@@ -203,7 +207,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults: a local slot per available CPU, no idle exit, 4096
+    /// Defaults: a local slot per available CPU, two preprocessors per CPU, no idle exit, 4096
     /// connections, remote deadlines between 30 s and 10 minutes, the
     /// direct-mode cache in the user's cache directory (`consumerd/`), 5 GiB.
     pub fn new(socket: SocketPath) -> Config {
@@ -211,6 +215,7 @@ impl Config {
         Config {
             socket,
             local_slots: cpus,
+            preprocess_slots: cpus.saturating_mul(2).max(2),
             idle_exit: Duration::ZERO,
             max_connections: 4096,
             remote_timeout: Duration::from_secs(600),

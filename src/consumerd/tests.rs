@@ -434,3 +434,57 @@ fn a_consumerd_killed_between_preprocess_and_compiled_means_a_local_compile() {
     let got = outcome(wrapper.wait_with_output().unwrap(), dir.path(), "w");
     assert_eq!(got, plain_gcc(dir.path(), "w"));
 }
+
+/// A gcc stand-in whose preprocessing of a unit (`-E`, not the identity
+/// probe's `-dM`) logs its start (`P`) and end (`Q`) and takes `pause`
+/// seconds; everything else is gcc's.
+fn slow_preprocessing_gcc(dir: &Path, pause: &str) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("preprocess.log");
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" -dM \"*) exec /usr/bin/gcc \"$@\";; *\" -E \"*) ;; *) exec /usr/bin/gcc \"$@\";; esac\n\
+         echo \"P $$ $*\" >> '{log}'\nsleep {pause}\n/usr/bin/gcc \"$@\"\nrc=$?\necho \"Q $$\" >> '{log}'\nexit $rc\n",
+        log = log.display(),
+    );
+    let path = bin.join("gcc");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A window of eight remote slots has no more than `preprocess_slots`
+/// wrappers preprocessing at once (the rest wait their turn with their
+/// slot), and every unit still goes remote with gcc's own object.
+#[test]
+fn a_wide_window_runs_no_more_preprocessors_than_the_preprocess_slots() {
+    let srcs = sources(8);
+    let refs: Vec<(&str, &str)> = srcs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = project(&refs);
+    let gcc = slow_preprocessing_gcc(dir.path(), "0.3");
+    let socket = dir.path().join("consumerd.sock");
+    let remote = GccRemote::new(8);
+    let running = Running::start_with(&socket, 1, remote.clone(), |c| c.preprocess_slots = 2);
+    let _local = hold_local_slot(&socket);
+    let outputs = finish(spawn_all(dir.path(), &socket, &gcc, 8));
+    let log = std::fs::read_to_string(dir.path().join("preprocess.log")).unwrap();
+    let (mut now, mut peak) = (0usize, 0usize);
+    for line in log.lines() {
+        if line.starts_with('P') {
+            now += 1;
+            peak = peak.max(now);
+        } else {
+            now -= 1;
+        }
+    }
+    assert_eq!(log.lines().filter(|l| l.starts_with('P')).count(), 8, "{log}");
+    assert!(peak <= 2, "{peak} wrappers preprocessed at once with 2 preprocess slots:\n{log}");
+    let s = running.stats.snapshot();
+    // The one local compile is the slot held above.
+    assert_eq!((s.local, s.remote, s.fallbacks), (1, 8, 0), "{s:?}");
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 8);
+    for (i, out) in outputs.into_iter().enumerate() {
+        let stem = format!("u{i}");
+        assert_eq!(outcome(out, dir.path(), &stem), plain_gcc(dir.path(), &stem), "{stem}");
+    }
+}

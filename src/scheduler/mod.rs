@@ -82,6 +82,11 @@ pub struct ServerConfig {
     /// Copy a task that runs well past its expected time to an idle agent
     /// when nothing waits for that agent (straggler hedging; `agent::hedge_stragglers`).
     pub hedging: bool,
+    /// Each consumerd's remote window is this many times its fair share of
+    /// the tokens (1: the share itself): with more, its build runs ahead and
+    /// the units beyond the tokens wait here, their texts held in the
+    /// payload budget ([`optimizer::Tuner::lookahead`]).
+    pub lookahead: f64,
 }
 
 impl ServerConfig {
@@ -101,6 +106,7 @@ impl ServerConfig {
             metrics: None,
             costs_dir: None,
             hedging: true,
+            lookahead: 1.0,
         }
     }
 }
@@ -157,6 +163,8 @@ pub(crate) struct ServerState {
     pub(crate) shutdown: CancellationToken,
     /// Straggler hedging is on ([`ServerConfig::hedging`]).
     pub(crate) hedging: bool,
+    /// [`ServerConfig::lookahead`], at least 1.
+    pub(crate) lookahead: f64,
 }
 
 impl ServerState {
@@ -209,8 +217,12 @@ impl Server {
         let mut hooks: Vec<Arc<dyn Hook<NetJob>>> = vec![Arc::new(resume::ResumeHook { resumes: resumes.clone() })];
         hooks.extend(cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>));
         let scheduler = Scheduler::with_hooks(config.core, hooks);
+        let lookahead = config.lookahead.max(1.0);
         let optimizer = match config.optimizer {
-            Some(driver) => Some(OptimizerThread::spawn(scheduler.clone(), driver).map_err(ServerError::Optimizer)?),
+            Some(driver) => Some(
+                OptimizerThread::spawn(scheduler.clone(), DriverConfig { lookahead, ..driver })
+                    .map_err(ServerError::Optimizer)?,
+            ),
             None => None,
         };
         let shutdown = CancellationToken::new();
@@ -229,6 +241,7 @@ impl Server {
             costs,
             shutdown,
             hedging: config.hedging,
+            lookahead,
         });
         Ok(Server { endpoint, metrics, state, max_connections: config.max_connections, grace: config.shutdown_grace })
     }

@@ -34,6 +34,9 @@ pub struct DriverConfig {
     /// Whether agents' token limits follow the control law; when false each
     /// agent keeps its own limit and only consumerds' shares are computed.
     pub tune_agents: bool,
+    /// Each consumerd's window is this many times its share (see
+    /// [`Tuner::lookahead`]).
+    pub lookahead: f64,
 }
 
 impl Default for DriverConfig {
@@ -43,6 +46,7 @@ impl Default for DriverConfig {
             share_interval: Duration::from_millis(100),
             params: Params::default(),
             tune_agents: true,
+            lookahead: 1.0,
         }
     }
 }
@@ -99,6 +103,7 @@ impl OptimizerThread {
         let handle = std::thread::Builder::new().name("ccroute-optimizer".into()).spawn(move || {
             let mut tuner = Tuner::new(config.params);
             tuner.tune_agents = config.tune_agents;
+            tuner.lookahead = config.lookahead;
             let step = config.share_interval.min(config.interval).max(Duration::from_millis(1));
             let mut next_tick = std::time::Instant::now() + config.interval;
             while !thread_shared.stop.load(Ordering::Acquire) {
@@ -157,6 +162,10 @@ pub struct Tuner {
     optimizer: Optimizer<AgentId>,
     /// See [`DriverConfig::tune_agents`].
     pub tune_agents: bool,
+    /// Each consumerd's window (its preferred remote limit) is this many
+    /// times its share (at least 1): its build runs that far ahead, the
+    /// units beyond the tokens waiting here, where longest-first ranks them.
+    pub lookahead: f64,
     /// Per consumerd: its counts at the last share tick, and its recent hit ratio.
     hits: HashMap<ConsumerdId, HitMemory>,
 }
@@ -180,7 +189,7 @@ impl std::fmt::Debug for Tuner {
 impl Tuner {
     /// A tuner with these knobs.
     pub fn new(params: Params) -> Self {
-        Tuner { optimizer: Optimizer::new(params), tune_agents: true, hits: HashMap::new() }
+        Tuner { optimizer: Optimizer::new(params), tune_agents: true, lookahead: 1.0, hits: HashMap::new() }
     }
 
     /// One interval: every agent's samples, a decision each, then the shares.
@@ -229,7 +238,8 @@ impl Tuner {
 
     /// Each consumerd's preferred remote limit: its fair share of the
     /// agents' current limits (by what each wants), times `1/(1 - r)` for
-    /// its recent hit ratio `r` (capped at [`Params::max_cache_boost`]).
+    /// its recent hit ratio `r` (capped at [`Params::max_cache_boost`]),
+    /// times [`Tuner::lookahead`].
     pub fn shares<J: Job>(&mut self, scheduler: &Scheduler<J>) {
         let total = u64::from(scheduler.cluster_limit());
         let consumerds = scheduler.consumerd_loads();
@@ -249,7 +259,7 @@ impl Tuner {
             }
             seen.insert(c.id, m);
             let boost = (1.0 / (1.0 - m.ratio.clamp(0.0, 0.999))).min(cap);
-            let limit = (f64::from(share) * boost).ceil().min(f64::from(u32::MAX)) as u32;
+            let limit = (f64::from(share) * boost * self.lookahead.max(1.0)).ceil().min(f64::from(u32::MAX)) as u32;
             scheduler.set_remote_limit(c.id, limit);
         }
         // Consumerds that left are forgotten.
@@ -352,6 +362,28 @@ mod tests {
             f64::from(w) <= f64::from(c + 1) * Params::default().max_cache_boost,
             "the boost is capped: {w} against {c}"
         );
+    }
+
+    /// A lookahead multiplies each consumerd's window, shares kept in
+    /// proportion; below 1 it counts as 1.
+    #[test]
+    fn a_lookahead_widens_every_window_by_its_factor() {
+        let s: Scheduler<TestJob> = Scheduler::new(Config::default());
+        let _agent = s.connect_agent(peer(1), &[tc("gcc")], 16);
+        let a = s.connect_consumerd(peer(2), &[tc("gcc")]);
+        let b = s.connect_consumerd(peer(3), &[tc("gcc")]);
+        a.set_demand(100);
+        b.set_demand(100);
+        let mut tuner = Tuner::new(Params::default());
+        tuner.shares(&s);
+        let (a1, b1) = (a.remote_limit(), b.remote_limit());
+        assert!(a1 >= 8 && a1.abs_diff(b1) <= 1, "{a1} {b1}");
+        tuner.lookahead = 4.0;
+        tuner.shares(&s);
+        assert_eq!((a.remote_limit(), b.remote_limit()), (4 * a1, 4 * b1));
+        tuner.lookahead = 0.5;
+        tuner.shares(&s);
+        assert_eq!((a.remote_limit(), b.remote_limit()), (a1, b1));
     }
 
     #[test]
