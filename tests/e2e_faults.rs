@@ -366,7 +366,7 @@ fn an_agent_whose_scratch_disk_fills_fails_no_build_and_leaves_until_it_has_room
     // Nearly full: the agent leaves; units compile locally meanwhile.
     fill(8);
     agents(0, "the agent never left");
-    assert!(c.agents[0].log_text().contains("left the scheduler until it has 32 MiB free"), "{}", c.logs());
+    assert!(c.agents[0].log_text().contains("out of the scheduler until it has 32 MiB free"), "{}", c.logs());
     compile("small.c");
 
     // Room again: it joins, and compiles.

@@ -3,9 +3,8 @@
 //! payload streaming and answers) as `make -jN` drives a build: at most N
 //! units outstanding — or, when asked, the remote window the scheduler
 //! gives it if that is larger (as `ccroute make`'s jobserver follows the
-//! window) — each
-//! submitted as soon as a slot frees and its dependencies are done, in the
-//! trace's order. A unit is the test
+//! window) — each submitted as soon as a slot frees and its dependencies
+//! are done, in the trace's order. A unit is the test
 //! toolchain with `-replay=` (its recorded time × the dilation) and a
 //! preprocessed text of its recorded size that compresses to about its
 //! recorded wire size. A unit the scheduler sends back is "compiled here":
@@ -169,8 +168,8 @@ async fn drive(link: &Link, config: &ReplayConfig, pool: &Bytes) -> Vec<Answer> 
     let mut offset = 0usize;
     let window = link.window();
     loop {
-        let window = if config.follow_window { *window.borrow() as usize } else { 0 };
-        let jobs = config.jobs.max(window).max(1);
+        let given = if config.follow_window { *window.borrow() as usize } else { 0 };
+        let jobs = config.jobs.max(given).max(1);
         while running.len() < jobs {
             let Some(seq) = ready.pop_front() else { break };
             let unit = units[seq as usize].clone();

@@ -102,9 +102,9 @@ enum Ended {
     Shutdown,
     /// The connection was lost: why.
     Lost(String),
-    /// The scratch filesystem has only these bytes free, with nothing
-    /// compiling: the agent leaves until it has room.
-    NoRoom(u64),
+    /// The scratch filesystem is nearly full, with nothing compiling: the
+    /// agent leaves until it has room.
+    NoRoom,
 }
 
 /// The agent's `/metrics`: its compiles, read from the executor at scrape time.
@@ -276,8 +276,9 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                 tracing::warn!(
                     scratch = %scratch.display(),
                     free_kib = free >> 10,
-                    "the scratch filesystem is nearly full: this agent joins the scheduler once it has {} MiB free \
-                     (free space there, or give --scratch-dir another filesystem)",
+                    "the scratch filesystem is nearly full, and every compile here would fail: this agent is out of \
+                     the scheduler until it has {} MiB free (free space there, or give --scratch-dir another \
+                     filesystem)",
                     ROOM_TO_COME_BACK >> 20
                 );
                 short = true;
@@ -315,17 +316,9 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                         );
                     }
                     Ended::Shutdown => conn.close(net::CloseReason::Done.code(), b"agent leaving"),
-                    Ended::NoRoom(free) => {
+                    Ended::NoRoom => {
+                        // The check at the loop's top says why, and waits for room.
                         conn.close(net::CloseReason::Done.code(), b"agent leaving: its scratch filesystem is full");
-                        tracing::warn!(
-                            scratch = %work.executor().scratch_root().display(),
-                            free_kib = free >> 10,
-                            "the scratch filesystem is nearly full, and every compile here would fail: left the \
-                             scheduler until it has {} MiB free (free space there, or give --scratch-dir another \
-                             filesystem)",
-                            ROOM_TO_COME_BACK >> 20
-                        );
-                        short = true;
                         continue;
                     }
                 }
@@ -550,10 +543,8 @@ async fn serve(
                 if trim.observe(Instant::now(), executor.started(), u64::from(executor.running())) {
                     tokio::task::spawn_blocking(memory::release_free_memory);
                 }
-                if executor.running() == 0 {
-                    if let Some(free) = short_of_room(executor.scratch_root(), SCRATCH_LOW) {
-                        break Ended::NoRoom(free);
-                    }
+                if executor.running() == 0 && short_of_room(executor.scratch_root(), SCRATCH_LOW).is_some() {
+                    break Ended::NoRoom;
                 }
                 let sample = sampler.sample(executor.running(), executor.started());
                 if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {

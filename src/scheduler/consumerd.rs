@@ -50,8 +50,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     // Until the optimizer's next tick: an even share of the cluster (none
     // while it has no agent: every task would only come back to run locally).
     let share = scheduler.cluster_limit() / (scheduler.consumerds().len() as u32).max(1);
-    let window = (f64::from(share) * state.lookahead).ceil().min(f64::from(u32::MAX)) as u32;
-    scheduler.set_remote_limit(session.id(), window);
+    scheduler.set_remote_limit(session.id(), super::optimizer::widen(f64::from(share), state.lookahead));
     let welcome = Welcome { scheduler_id: state.id, limit: session.remote_limit() };
     // What the consumerd was told; a tick during the handshake is sent below.
     let mut last_limit = welcome.limit;

@@ -163,7 +163,7 @@ pub(crate) struct ServerState {
     pub(crate) shutdown: CancellationToken,
     /// Straggler hedging is on ([`ServerConfig::hedging`]).
     pub(crate) hedging: bool,
-    /// [`ServerConfig::lookahead`], at least 1.
+    /// [`ServerConfig::lookahead`].
     pub(crate) lookahead: f64,
 }
 
@@ -217,7 +217,7 @@ impl Server {
         let mut hooks: Vec<Arc<dyn Hook<NetJob>>> = vec![Arc::new(resume::ResumeHook { resumes: resumes.clone() })];
         hooks.extend(cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>));
         let scheduler = Scheduler::with_hooks(config.core, hooks);
-        let lookahead = config.lookahead.max(1.0);
+        let lookahead = config.lookahead;
         let optimizer = match config.optimizer {
             Some(driver) => Some(
                 OptimizerThread::spawn(scheduler.clone(), DriverConfig { lookahead, ..driver })

@@ -51,6 +51,12 @@ impl Default for DriverConfig {
     }
 }
 
+/// A consumerd's window from its `share` (tokens, maybe boosted) and a
+/// lookahead (at least 1 whatever it says): whole tasks, rounded up.
+pub(crate) fn widen(share: f64, lookahead: f64) -> u32 {
+    (share * lookahead.max(1.0)).ceil().min(f64::from(u32::MAX)) as u32
+}
+
 /// The optimizer's last word on one agent, for `ccroute status`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecisionView {
@@ -259,7 +265,7 @@ impl Tuner {
             }
             seen.insert(c.id, m);
             let boost = (1.0 / (1.0 - m.ratio.clamp(0.0, 0.999))).min(cap);
-            let limit = (f64::from(share) * boost * self.lookahead.max(1.0)).ceil().min(f64::from(u32::MAX)) as u32;
+            let limit = widen(f64::from(share) * boost, self.lookahead);
             scheduler.set_remote_limit(c.id, limit);
         }
         // Consumerds that left are forgotten.
