@@ -10,8 +10,9 @@
 //! directory (the only writable place: the object and `TMPDIR`); fetch the
 //! inputs the store lacks and build the tree; run `<driver> <args> -c
 //! <input> -o <task dir>/out.o` with the client's working directory. The
-//! compiler's output is returned as it printed it: its paths are the
-//! client's own.
+//! compiler's output is returned as it printed it (its paths are the
+//! client's own), but for its temporary files' directory, which reads
+//! `/tmp/` as in a local compile.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -100,7 +101,8 @@ impl Executor {
         let max_object = self.limits.max_object_bytes;
         let (fetched, reused) = (tree.fetched, tree.reused);
         let result = tokio::task::spawn_blocking(move || {
-            // The output as the compiler printed it: its paths are the client's own.
+            // The output as the compiler printed it: its paths are the client's own
+            // (`finish` names the temporary files' directory as a local compile would).
             let result = finished.and_then(|f| finish(f, &object, dir.path(), max_object, Bytes::copy_from_slice));
             drop(tree);
             if let Err(e) = dir.close() {

@@ -21,7 +21,8 @@
 //! which the consumerd compiles locally.
 //!
 //! The compiler's environment is `PATH` (the agent's), `TMPDIR` (inside
-//! the task directory, so that gcc's temporary files go away with it), and
+//! the task directory, so that gcc's temporary files go away with it; its
+//! output names them under `/tmp/`, as a local compile's does), and
 //! the variables the [`TaskSpec`] carries, which [`cc::validate`] allows only
 //! among those that shape diagnostics (the consumerd's locale and
 //! `GCC_COLORS`), so that warnings read as a local compile prints them.
@@ -620,12 +621,13 @@ fn finish(
             )));
         }
     }
+    let tmp = local_tmp(scratch);
     let mut header = ResultHeader {
         task_id: 0,
         outcome: Outcome::CompileFailed,
         exit_status: code,
-        stdout: out(&f.stdout),
-        stderr: out(&f.stderr),
+        stdout: out(&tmp.rewrite(&f.stdout)),
+        stderr: out(&tmp.rewrite(&f.stderr)),
         cpu_time_us: f.cpu_time_us,
         wall_us: 0,
         payload: PayloadInfo::EMPTY,
@@ -639,6 +641,38 @@ fn finish(
     header.outcome = Outcome::Success;
     header.payload = info;
     Ok(ExecResult { header, object: wire.into() })
+}
+
+/// The task's `TMPDIR` (`<task dir>/tmp/`) as a local compile names its
+/// temporary files: gcc's default, `/tmp/` (an assembler error names the
+/// `.s` it assembled: `/tmp/ccXXXXXX.s: Assembler messages:`, as locally,
+/// not the agent's scratch path).
+struct LocalTmp {
+    finder: memchr::memmem::Finder<'static>,
+}
+
+fn local_tmp(scratch: &Path) -> LocalTmp {
+    let mut prefix = scratch.join("tmp").into_os_string().into_encoded_bytes();
+    prefix.push(b'/');
+    LocalTmp { finder: memchr::memmem::Finder::new(&prefix).into_owned() }
+}
+
+impl LocalTmp {
+    fn rewrite<'a>(&self, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        let mut found = self.finder.find_iter(bytes).peekable();
+        if found.peek().is_none() {
+            return std::borrow::Cow::Borrowed(bytes);
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut from = 0;
+        for at in found {
+            out.extend_from_slice(&bytes[from..at]);
+            out.extend_from_slice(b"/tmp/");
+            from = at + self.finder.needle().len();
+        }
+        out.extend_from_slice(&bytes[from..]);
+        std::borrow::Cow::Owned(out)
+    }
 }
 
 /// A compile that fails with less than this free where it ran is taken

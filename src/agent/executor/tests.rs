@@ -221,6 +221,40 @@ async fn a_compile_error_is_compile_failed_with_the_local_diagnostics() {
     assert_scratch_empty(&exec);
 }
 
+/// `/tmp/ccXXXXXX.s` with its random part as `ccXXXXXX`.
+fn without_temp_names(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("/cc") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let random = tail.chars().take_while(char::is_ascii_alphanumeric).count();
+        out.push_str("XXXXXX");
+        rest = &tail[random..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assembler_error_names_its_temporary_file_as_a_local_compile_does() {
+    let parent = tempfile::tempdir().unwrap();
+    let exec = executor(parent.path(), None, ExecLimits::default());
+    let p = project();
+    // An error at the end of the assembly is the `.s` file's, not a line's.
+    fs::write(p.path().join("src/asm.c"), "__asm__(\".if 1\");\nint x;\n").unwrap();
+    let args = ["-c", "src/asm.c", "-o", "obj/asm.o"];
+    let (t, plan, _) = consumerd_task("/usr/bin/gcc", GCC, p.path(), &args);
+    let r = exec.run(t, CancellationToken::new()).await;
+    assert_eq!((&r.header.outcome, r.header.exit_status), (&Outcome::CompileFailed, 1));
+    let stderr = String::from_utf8_lossy(&r.header.stderr).into_owned();
+    assert!(stderr.contains("Assembler messages:") && stderr.starts_with("/tmp/cc"), "{stderr}");
+    let (status, object, local_stderr) = local_compile("/usr/bin/gcc", p.path(), &args, &plan.output);
+    assert_eq!((status, object), (1, None));
+    assert_eq!(without_temp_names(&stderr), without_temp_names(&String::from_utf8_lossy(&local_stderr)));
+    assert_scratch_empty(&exec);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_specs_are_refused_and_nothing_is_written_or_run() {
     let parent = tempfile::tempdir().unwrap();
