@@ -64,6 +64,10 @@ use trace::Trace;
 const CCROUTE: &str = env!("CARGO_BIN_EXE_ccroute");
 const SCHEDULER_PORT: u16 = 7300;
 const FIRST_LINK_PORT: u16 = 20_000;
+/// A build's local slots: the units its consumerd compiles on its own
+/// machine at once, at most (a workstation's 8 cores). A unit sent back or
+/// given up on waits for one.
+const LOCAL_SLOTS: usize = 8;
 
 /// One farm to run.
 #[derive(Debug, Clone)]
@@ -182,7 +186,7 @@ fn relay_main(args: &[OsString]) -> Result<(), String> {
     relay::run(ip, upstream, &specs).map_err(|e| format!("relay: {e}"))
 }
 
-/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --dilate K --start-at NS --name S --out F`.
+/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --local-slots L --dilate K --start-at NS --name S --out F`.
 fn replay_main(args: &[OsString]) -> Result<(), String> {
     let a = strs(args);
     let get = |k: &str| {
@@ -194,6 +198,7 @@ fn replay_main(args: &[OsString]) -> Result<(), String> {
         trace: Trace::load(Path::new(&get("--trace")?))?,
         jobs: get("--jobs")?.parse().map_err(|e| format!("--jobs: {e}"))?,
         follow_window: a.iter().any(|x| x == "--follow-window"),
+        local_slots: get("--local-slots")?.parse().map_err(|e| format!("--local-slots: {e}"))?,
         dilate: get("--dilate")?.parse().map_err(|e| format!("--dilate: {e}"))?,
         start_at: get("--start-at")?.parse().map_err(|e| format!("--start-at: {e}"))?,
         name: get("--name")?,
@@ -506,7 +511,7 @@ fn run_faults(traces: &BTreeMap<String, Trace>, out: Option<&Path>, only: &[&Str
              copies the scheduler started on purpose (hedging), the first answer winning, as the agents' \
              sessions on the last scheduler count them (copies made before a restart or a reconnection \
              are not in it); local: units the \
-             consumerd compiled itself (told to, or its link down). The scheduler restarts are timed at 25, 50 \
+             consumerd compiled itself (told to, or its link down), at most {LOCAL_SLOTS} at once (its local slots). The scheduler restarts are timed at 25, 50 \
              and 90 % of the fault-free build. The figures are of one run on a shared 2-core machine.\n\n{table}\n"
         );
         std::fs::write(out, md).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -1011,6 +1016,8 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             tfile.to_string_lossy().into_owned(),
             "--jobs".into(),
             s.jobs.to_string(),
+            "--local-slots".into(),
+            LOCAL_SLOTS.to_string(),
             "--dilate".into(),
             s.dilate.to_string(),
             "--start-at".into(),

@@ -8,7 +8,11 @@
 //! toolchain with `-replay=` (its recorded time × the dilation) and a
 //! preprocessed text of its recorded size that compresses to about its
 //! recorded wire size. A unit the scheduler sends back is "compiled here":
-//! its time slept at speed 1.0, as a consumerd would compile it locally.
+//! its time slept at speed 1.0 on one of the client's local slots (at most
+//! `--local-slots` at once), as a consumerd compiles it on its machine's
+//! cores; one whose link failed waits for a local slot or the link back,
+//! whichever is first, and goes remote again in the second case (once), as
+//! a consumerd's does.
 //!
 //! One line per unit goes to the output: seq, how it was answered
 //! (`remote`, `local:<why>`), submitted / agent start / agent end / answered
@@ -25,7 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ccroute::agent::executor::replay::{fill_noise, hold, ReplayArg, ReplayStamp, STAMP_LEN};
 use ccroute::consumerd::link::{Link, LinkConfig};
-use ccroute::consumerd::{Remote, RemoteJob, Stats};
+use ccroute::consumerd::{Remote, RemoteError, RemoteJob, Stats};
 use ccroute::host::monotonic_ns;
 use ccroute::net::{tls, CertRole};
 use ccroute::toolchain::test_toolchain;
@@ -45,6 +49,8 @@ pub struct ReplayConfig {
     pub jobs: usize,
     /// Submit up to the scheduler's window when it is larger than `jobs`.
     pub follow_window: bool,
+    /// Units compiled here at once, at most (the consumerd's local slots).
+    pub local_slots: usize,
     pub dilate: f64,
     /// `CLOCK_MONOTONIC` ns to start at (0: at once, once connected).
     pub start_at: u64,
@@ -165,6 +171,7 @@ async fn drive(link: &Link, config: &ReplayConfig, pool: &Bytes) -> Vec<Answer> 
     let mut running = JoinSet::new();
     let mut answers = Vec::with_capacity(units.len());
     let toolchain = Arc::new(test_toolchain());
+    let local = Arc::new(tokio::sync::Semaphore::new(config.local_slots.max(1)));
     let mut offset = 0usize;
     let window = link.window();
     loop {
@@ -177,7 +184,8 @@ async fn drive(link: &Link, config: &ReplayConfig, pool: &Bytes) -> Vec<Answer> 
             let link = link.clone();
             let toolchain = toolchain.clone();
             let dilate = config.dilate;
-            running.spawn(async move { one(&link, toolchain, unit, text, dilate).await });
+            let local = local.clone();
+            running.spawn(async move { one(&link, toolchain, unit, text, dilate, &local).await });
         }
         let Some(done) = running.join_next().await else { break };
         let Ok(answer) = done else { continue };
@@ -205,7 +213,14 @@ fn payload(pool: &Bytes, offset: &mut usize, unit: &Unit) -> Bytes {
     out.into()
 }
 
-async fn one(link: &Link, toolchain: Arc<ccroute_wire::Toolchain>, unit: Unit, text: Bytes, dilate: f64) -> Answer {
+async fn one(
+    link: &Link,
+    toolchain: Arc<ccroute_wire::Toolchain>,
+    unit: Unit,
+    text: Bytes,
+    dilate: f64,
+    local: &tokio::sync::Semaphore,
+) -> Answer {
     let asked_us = (unit.cpu_us as f64 * dilate).round() as u64;
     let arg = ReplayArg { micros: asked_us, object_bytes: unit.obj_bytes, wire_bytes: unit.obj_wire };
     // The input's file name only: the agent names its files itself.
@@ -248,7 +263,19 @@ async fn one(link: &Link, toolchain: Arc<ccroute_wire::Toolchain>, unit: Unit, t
             size_ok,
         }
     };
-    let got = link.compile(job).await;
+    let mut got = link.compile(job.clone()).await;
+    let mut slot = None;
+    if let Err(RemoteError::NotConnected | RemoteError::ConnectionLost | RemoteError::Send(_)) = &got {
+        let mut window = link.window();
+        let back = async {
+            // The guard `wait_for` returns holds the window's lock: dropped at once.
+            window.wait_for(|w| *w > 0).await.is_ok()
+        };
+        tokio::select! {
+            held = local.acquire() => slot = held.ok(),
+            true = back => got = link.compile(job).await,
+        }
+    }
     match got {
         Ok(c) if c.exit_status == 0 => {
             let stamp = ReplayStamp::read(&c.parts.object);
@@ -258,7 +285,11 @@ async fn one(link: &Link, toolchain: Arc<ccroute_wire::Toolchain>, unit: Unit, t
         }
         Ok(c) => answer(format!("failed:{}", c.exit_status), None, false),
         Err(e) => {
-            // Compiled here, at speed 1.0.
+            // Compiled here, at speed 1.0, once a local slot is free.
+            let _slot = match slot {
+                Some(held) => Some(held),
+                None => local.acquire().await.ok(),
+            };
             let started_ns = monotonic_ns();
             let held = hold(asked_us, 1.0);
             tokio::time::sleep(held).await;

@@ -406,7 +406,8 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
            subtracts the link's round trip as dilated (the goal: ≤ 1 ms).\n\
          - **tasks/s**: units answered remotely ÷ wall makespan. **scheduler CPU µs/task**: the scheduler process's user +\n  \
            system time (`/proc/PID/stat`) over the build ÷ the results its agents reported.\n\
-         - **local**: units the scheduler sent back, replayed by the client at speed 1.0 as a consumerd would compile them.\n\
+         - **local**: units the scheduler sent back, replayed by the client at speed 1.0 as a consumerd would compile them,\n  \
+           at most 8 at once (its local slots).\n\
          - **builds vs alone** (`shared`): each build's makespan ÷ the same build's makespan alone on the same farm.\n\
          - **dilation** K: recorded times and link delays × K, link rates ÷ K, so that the whole farm's own CPU work fits\n  \
            two cores; the makespans and bounds above are divided by K again.\n\n",

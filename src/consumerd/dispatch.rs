@@ -111,6 +111,35 @@ struct Conn {
     text_refused: Option<String>,
     /// The files its preprocessing read, for its inputs.
     listed: Option<Vec<Vec<u8>>>,
+    /// While it compiles remotely: what it needs to go remote again
+    /// without its wrapper, should the link to the scheduler fail.
+    again: Option<Again>,
+    /// It went remote a second time after its link failed: not a third.
+    went_again: bool,
+}
+
+/// A remote compile's text and toolchain, kept while it runs (within
+/// [`KEPT_TEXT_BYTES`] for all): when the link to the scheduler fails
+/// under it, the unit waits for a local slot or for the link to come back,
+/// whichever is first, and goes remote again in the second case. After a
+/// partition the farm then takes the units given up on during it (the
+/// scheduler may even have their results in its cache: their agents went
+/// on), instead of this machine's few slots working through all of them.
+struct Again {
+    toolchain: Arc<Toolchain>,
+    text: Bytes,
+    cacheable: bool,
+    listed: Option<Vec<Vec<u8>>>,
+}
+
+/// The most text kept for compiles to go remote again ([`Again`]): beyond
+/// it, a unit whose link fails waits for a local slot only.
+const KEPT_TEXT_BYTES: usize = 256 << 20;
+
+/// Whether a remote compile failed because the link to the scheduler did
+/// (not its agent, its deadline, or the scheduler's refusal).
+fn the_links_failure(e: &RemoteError) -> bool {
+    matches!(e, RemoteError::NotConnected | RemoteError::ConnectionLost | RemoteError::Send(_))
 }
 
 /// Owns the connections' states and drives them.
@@ -139,6 +168,8 @@ pub(super) struct Dispatcher {
     /// but an operator should learn that the farm gave units back (an agent
     /// that fails them, a link that drops, deadlines).
     fallbacks: crate::said::Every,
+    /// Bytes of text in the connections' [`Again`]s.
+    kept_bytes: usize,
 }
 
 /// How long a remote compile may take before it is given up and the unit
@@ -206,6 +237,7 @@ impl Dispatcher {
             to_preprocess: std::collections::VecDeque::new(),
             preprocess_slots: config.preprocess_slots.max(1) as usize,
             fallbacks: crate::said::Every::new(crate::said::A_MINUTE),
+            kept_bytes: 0,
         }
     }
 
@@ -449,6 +481,8 @@ impl Dispatcher {
             inputs_args,
             text_refused,
             listed: None,
+            again: None,
+            went_again: false,
         };
         self.conns.insert(id, conn);
         let Some((cache, job, compiler)) = lookup else {
@@ -482,6 +516,7 @@ impl Dispatcher {
     /// Hands out every slot that can be handed out.
     fn pump(&mut self) {
         let mut grants = Vec::new();
+        let mut again = Vec::new();
         self.slots.grant(&mut grants);
         for (id, grant) in grants {
             let Some(conn) = self.conns.get_mut(&id) else {
@@ -491,6 +526,9 @@ impl Dispatcher {
             };
             match grant {
                 Grant::Local => {
+                    if let Some(kept) = conn.again.take() {
+                        self.kept_bytes -= kept.text.len();
+                    }
                     let record = conn.probe.is_some();
                     let reason = match std::mem::replace(&mut conn.state, ConnState::Local) {
                         ConnState::FallingBack { reason } => {
@@ -504,11 +542,28 @@ impl Dispatcher {
                     };
                     self.ipc.send(id, Outbound::Message(ConsumerdMsg::RunLocally { reason, record }, vec![]));
                 }
-                Grant::Remote => {
-                    conn.state = ConnState::Granted;
-                    self.to_preprocess.push_back(id);
-                }
+                Grant::Remote => match (conn.again.take(), &conn.state) {
+                    (Some(kept), ConnState::FallingBack { reason }) => {
+                        self.kept_bytes -= kept.text.len();
+                        debug!(conn = %id, pid = conn.pid, %reason, "the link is back: remote again");
+                        conn.went_again = true;
+                        conn.listed = kept.listed;
+                        let source = Some((kept.text, kept.cacheable));
+                        conn.state = ConnState::Preprocessing { lookup: IdentityLookup::Ready(kept.toolchain), source };
+                        again.push(id);
+                    }
+                    (kept, _) => {
+                        if let Some(kept) = kept {
+                            self.kept_bytes -= kept.text.len();
+                        }
+                        conn.state = ConnState::Granted;
+                        self.to_preprocess.push_back(id);
+                    }
+                },
             }
+        }
+        for id in again {
+            self.try_compile(id);
         }
         self.start_preprocessing();
         self.publish();
@@ -565,6 +620,11 @@ impl Dispatcher {
             _ => Err("no direct-mode cache to vouch for its inputs"),
         };
         let text_allowed = conn.text_refused.is_none();
+        if !conn.went_again && self.kept_bytes + text.len() <= KEPT_TEXT_BYTES {
+            self.kept_bytes += text.len();
+            let listed = plan.as_ref().ok().map(|p| p.3.clone());
+            conn.again = Some(Again { toolchain: toolchain.clone(), text: text.clone(), cacheable, listed });
+        }
         let job = RemoteJob {
             compiler: conn.compiler.clone(),
             toolchain,
@@ -683,6 +743,9 @@ impl Dispatcher {
             (Done::Remote(Ok(compiled)), ConnState::Compiling { started, bytes, .. }) => {
                 self.deadlines.observe(*bytes, started.elapsed());
                 conn.state = ConnState::Answered;
+                if let Some(kept) = conn.again.take() {
+                    self.kept_bytes -= kept.text.len();
+                }
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
                 if compiled.cached {
@@ -722,12 +785,25 @@ impl Dispatcher {
                          stats` counts them as fallbacks)"
                     );
                 }
+                let again = the_links_failure(&reason) && conn.again.is_some();
+                if !again {
+                    if let Some(kept) = conn.again.take() {
+                        self.kept_bytes -= kept.text.len();
+                    }
+                }
                 let reason = match &conn.text_refused {
                     // Why it could not go as text, then why not as inputs.
                     Some(text) => format!("{text}; {reason}"),
                     None => reason.to_string(),
                 };
-                self.fall_back(id, reason);
+                if again {
+                    // A local slot, or the link back, whichever is first.
+                    conn.state = ConnState::FallingBack { reason };
+                    self.slots.fall_back_either(id);
+                    self.preprocessed(id);
+                } else {
+                    self.fall_back(id, reason);
+                }
             }
             // A result for a state that moved on (e.g. an abandoned job's lookup).
             _ => {}
@@ -756,6 +832,9 @@ impl Dispatcher {
             self.tell_builds();
         }
         if let Some(conn) = self.conns.remove(&id) {
+            if let Some(kept) = conn.again {
+                self.kept_bytes -= kept.text.len();
+            }
             if let ConnState::Compiling { task, .. } = conn.state {
                 task.abort();
             }

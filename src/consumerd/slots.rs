@@ -9,7 +9,8 @@
 //! while the window is full. A request that was granted a remote slot
 //! and falls back (the wrapper abandoned, or the remote compile failed) gives
 //! the remote slot back and waits for a local one at its original place in
-//! line, ahead of anything that arrived after it.
+//! line, ahead of anything that arrived after it — or, when its link to the
+//! scheduler failed under it, for either kind of slot there.
 //!
 //! Main items: [`Slots`], [`Want`], [`Grant`], [`SlotCounts`]. Left out:
 //! what a grant leads to (the dispatcher in `super`).
@@ -131,6 +132,17 @@ impl Slots {
         };
         self.remote_used -= 1;
         self.wait(conn, seq, Want::LocalOnly);
+        true
+    }
+
+    /// As [`Slots::fall_back`], but it may take a remote slot again as well
+    /// as a local one (its link failed: the link may come back first).
+    pub fn fall_back_either(&mut self, conn: ConnId) -> bool {
+        let Some(Held::Remote { seq }) = self.held.get(&conn).copied() else {
+            return false;
+        };
+        self.remote_used -= 1;
+        self.wait(conn, seq, Want::Any);
         true
     }
 

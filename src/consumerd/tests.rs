@@ -343,6 +343,69 @@ fn a_window_that_opens_sends_waiting_compiles_remote() {
     assert_eq!(remote.calls.load(Ordering::SeqCst), 1);
 }
 
+/// A remote whose link fails under its first `fails` compiles (the window
+/// closing with it, as a lost connection's does), then compiles as an agent.
+struct FlakyLink {
+    window: watch::Sender<u32>,
+    calls: AtomicUsize,
+    fails: usize,
+}
+
+impl Remote for FlakyLink {
+    fn compile(&self, job: RemoteJob) -> BoxFuture<Result<Compiled, RemoteError>> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.fails {
+            self.window.send_replace(0);
+            return Box::pin(async { Err(RemoteError::ConnectionLost) });
+        }
+        Box::pin(async move { tokio::task::spawn_blocking(move || compile_like_an_agent(&job)).await.unwrap() })
+    }
+
+    fn window(&self) -> watch::Receiver<u32> {
+        self.window.subscribe()
+    }
+}
+
+#[test]
+fn a_compile_whose_link_failed_goes_remote_again_when_the_link_is_back_first() {
+    let dir = project(&[("w.c", WARN_C)]);
+    let socket = dir.path().join("consumerd.sock");
+    let remote = Arc::new(FlakyLink { window: watch::Sender::new(1), calls: AtomicUsize::new(0), fails: 1 });
+    let running = Running::start(&socket, 1, remote.clone());
+    let _slot = hold_local_slot(&socket);
+    let w = wrapped(dir.path(), &socket, "gcc", "w").spawn().unwrap();
+    running.wait_for("the compile whose link failed to wait", |s| s.waiting == 1 && s.remote_running == 0);
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 1);
+    // The link is back before the local slot frees: the farm takes it, without the wrapper preprocessing again.
+    remote.window.send_replace(1);
+    running.wait_for("the compile to go remote again", |s| s.remote == 1);
+    assert_eq!(outcome(w.wait_with_output().unwrap(), dir.path(), "w"), plain_gcc(dir.path(), "w"));
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 2);
+    let s = running.stats.snapshot();
+    assert_eq!((s.remote, s.fallbacks), (1, 0), "{s:?}");
+}
+
+#[test]
+fn a_compile_goes_remote_again_once_and_then_waits_for_a_local_slot() {
+    let dir = project(&[("w.c", WARN_C)]);
+    let socket = dir.path().join("consumerd.sock");
+    let remote = Arc::new(FlakyLink { window: watch::Sender::new(1), calls: AtomicUsize::new(0), fails: 2 });
+    let running = Running::start(&socket, 1, remote.clone());
+    let slot = hold_local_slot(&socket);
+    let w = wrapped(dir.path(), &socket, "gcc", "w").spawn().unwrap();
+    running.wait_for("a first failure", |s| s.waiting == 1 && s.remote_running == 0);
+    remote.window.send_replace(1);
+    running.wait_for("a second failure", |_| remote.calls.load(Ordering::SeqCst) == 2);
+    // The window is open again, but a unit goes remote again only once.
+    remote.window.send_replace(1);
+    running.wait_for("the second failure to wait for a local slot", |s| s.waiting == 1 && s.remote_running == 0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(remote.calls.load(Ordering::SeqCst), 2);
+    drop(slot);
+    assert_eq!(outcome(w.wait_with_output().unwrap(), dir.path(), "w"), plain_gcc(dir.path(), "w"));
+    let s = running.stats.snapshot();
+    assert_eq!((s.remote, s.fallbacks), (0, 1), "{s:?}");
+}
+
 /// Not a test of its own: the entry point of a consumerd child, started by
 /// a wrapper child (through [`consumerd_starter`]) or by a test.
 #[test]
