@@ -17,11 +17,14 @@
 //!                                          # twice, and the second knows the build's units (a farm's steady state)
 //! FARM_JOBS=2 cargo bench --bench farm -- lan-64
 //!                                          # each build submits up to 2 x the farm's tokens at once, not 1 x
-//! cargo bench --bench farm -- lan-64-lookahead
+//! cargo bench --bench farm -- lan-64-lookahead mixed-lookahead
 //!                                          # run ahead (--lookahead 10 --longest-first), cost model warmed first
 //! FARM_ORDER=critical cargo bench --bench farm -- lan-64
 //!                                          # each build submits its units longest chain first (by recorded
 //!                                          # times), not in make's order
+//! FARM_LOOKAHEAD=4 cargo bench --bench farm -- lan-256
+//!                                          # any preset run ahead as the *-lookahead presets are, at
+//!                                          # --lookahead 4 (the row `lan-256-lookahead-4`)
 //! ```
 //!
 //! Each agent host is a network namespace joined to the hub (the
@@ -303,30 +306,27 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         costs_dir: None,
     };
     let gen5k = generated(traces, 5_000, 1);
+    let lan64 = base("lan-64", 64, gen5k.clone(), 4.0);
+    let wan =
+        Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) };
+    let thin = Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) };
+    let mixed = Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k.clone(), 4.0) };
     vec![
         base("lan-8", 8, traces["libgit2"].clone(), 1.0),
-        base("lan-64", 64, gen5k.clone(), 4.0),
+        lan64.clone(),
         base("lan-256", 256, generated(traces, 20_000, 2), 16.0),
-        Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) },
-        Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) },
-        Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k.clone(), 4.0) },
+        wan.clone(),
+        thin.clone(),
+        mixed.clone(),
         // The same builds longest chain first, as a build tool that weighs
         // its critical path by recorded times would start them: what
         // placement does when the build's order does not hold it back.
         base("lan-64-critical", 64, gen5k.in_critical_path_order(), 4.0),
-        // The build's order kept, but run ahead: each consumerd's window
-        // (and so its build's jobserver) ten times its share, the units beyond
-        // the tokens waiting at the scheduler longest expected first, by a
-        // cost model that knows them, their texts held in a budget that
-        // holds them all.
-        Scenario {
-            scheduler_flags: ["--lookahead", "10", "--longest-first", "--payload-budget", "4294967296"]
-                .map(String::from)
-                .to_vec(),
-            follow_window: true,
-            warm_costs: true,
-            ..base("lan-64-lookahead", 64, gen5k.clone(), 4.0)
-        },
+        // The build's order kept, but run ahead.
+        run_ahead(lan64, 10),
+        run_ahead(wan, 10),
+        run_ahead(thin, 10),
+        run_ahead(mixed, 10),
         Scenario { slow: 32, slow_speed: 0.4, ..base("mixed-critical", 64, gen5k.in_critical_path_order(), 4.0) },
         {
             let t = generated(traces, 2_000, 3);
@@ -334,6 +334,19 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
             Scenario { builds, alone: true, ..base("shared", 64, t, 4.0) }
         },
     ]
+}
+
+/// `s` run ahead, named `<name>-lookahead` (`<name>-lookahead-L` but for
+/// 10): each consumerd's window (and so its build's jobserver) `l` times its
+/// share, the units beyond the tokens waiting at the scheduler longest
+/// expected first, by a cost model that knows them (warmed by a first run),
+/// their texts held in a budget that holds them all.
+fn run_ahead(s: Scenario, l: u32) -> Scenario {
+    let mut flags = s.scheduler_flags;
+    flags
+        .extend(["--lookahead", &l.to_string(), "--longest-first", "--payload-budget", "4294967296"].map(String::from));
+    let name = if l == 10 { format!("{}-lookahead", s.name) } else { format!("{}-lookahead-{l}", s.name) };
+    Scenario { name, scheduler_flags: flags, follow_window: true, warm_costs: true, ..s }
 }
 
 /// The CI smoke: 8 agents, 400 units drawn from the traces, no dilation.
@@ -596,8 +609,12 @@ fn harness_main(args: &[OsString]) -> Result<(), String> {
         }
         all.iter().filter(|s| names.contains(&&s.name)).collect()
     };
+    let mut wanted: Vec<Scenario> = wanted.into_iter().cloned().collect();
+    if let Some(l) = std::env::var("FARM_LOOKAHEAD").ok().and_then(|v| v.parse::<u32>().ok()) {
+        wanted = wanted.into_iter().map(|s| run_ahead(s, l)).collect();
+    }
     let mut rows = Vec::new();
-    for s in wanted {
+    for s in &wanted {
         eprintln!(
             "farm: {} ({} agents × {} tokens, {} build(s), dilation {}×)",
             s.name,

@@ -398,8 +398,8 @@ pub fn markdown(rows: &[Row], scale: Option<&ScaleReport>, took: Duration) -> St
            placement, so this is what the build's order allows and **÷ reference** is what placement and transport\n  \
            lose; on unequal hosts, or where texts share the link rather than take turns (QUIC streams do), it is a\n  \
            reference, not a bound. The gap between the reference and the lower bound is the order's: a long unit the\n  \
-           build submits late ends late. A build that runs ahead of the tokens (`lan-64-lookahead`: its window, and\n  \
-           so the replay's N, ten times its share) has the same in-order reference, and ÷ reference below 1 is what\n  \
+           build submits late ends late. A build that runs ahead of the tokens (the `*-lookahead` rows: its window,\n  \
+           and so the replay's N, ten times its share) has the same in-order reference, and ÷ reference below 1 is what\n  \
            starting its waiting units longest first gained.\n\
          - **dispatch**: from the replay client's submission to the unit's start on an agent (both read `CLOCK_MONOTONIC`),\n  \
            over every remote unit, in wall milliseconds as measured; it includes the payload's transfer. **p99 − RTT**\n  \
