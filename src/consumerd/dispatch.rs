@@ -133,8 +133,11 @@ struct Again {
 }
 
 /// The most text kept for compiles to go remote again ([`Again`]): beyond
-/// it, a unit whose link fails waits for a local slot only.
-const KEPT_TEXT_BYTES: usize = 256 << 20;
+/// it, a unit whose link fails waits for a local slot only. 64 MiB holds
+/// the texts of `make -j64`'s units of up to 1 MiB each; the texts are
+/// otherwise dropped once compressed, so this is what a consumerd may hold
+/// more while its units compile remotely.
+const KEPT_TEXT_BYTES: usize = 64 << 20;
 
 /// Whether a remote compile failed because the link to the scheduler did
 /// (not its agent, its deadline, or the scheduler's refusal).
@@ -776,16 +779,17 @@ impl Dispatcher {
                     // It took at least this long: the estimate must not only ever fall.
                     self.deadlines.observe(*bytes, started.elapsed());
                 }
-                debug!(conn = %id, pid = conn.pid, %reason, "remote compile failed; falling back");
+                let again = the_links_failure(&reason) && conn.again.is_some();
+                debug!(conn = %id, pid = conn.pid, %reason, again, "remote compile failed; falling back");
                 if let Some(units) = self.fallbacks.due() {
                     warn!(
                         units,
                         last_reason = %reason,
-                        "units that went remote are compiled here instead (said at most once a minute; `ccroute \
-                         stats` counts them as fallbacks)"
+                        "units that went remote are compiled here instead, or once the link to the scheduler is \
+                         back if it comes back first (said at most once a minute; `ccroute stats` counts those \
+                         compiled here as fallbacks)"
                     );
                 }
-                let again = the_links_failure(&reason) && conn.again.is_some();
                 if !again {
                     if let Some(kept) = conn.again.take() {
                         self.kept_bytes -= kept.text.len();
