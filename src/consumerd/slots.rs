@@ -127,22 +127,21 @@ impl Slots {
     /// A remote slot holder gives it back and waits for a local slot, at
     /// its original place in line. Returns whether `conn` held a remote slot.
     pub fn fall_back(&mut self, conn: ConnId) -> bool {
-        let Some(Held::Remote { seq }) = self.held.get(&conn).copied() else {
-            return false;
-        };
-        self.remote_used -= 1;
-        self.wait(conn, seq, Want::LocalOnly);
-        true
+        self.back_in_line(conn, Want::LocalOnly)
     }
 
     /// As [`Slots::fall_back`], but it may take a remote slot again as well
     /// as a local one (its link failed: the link may come back first).
     pub fn fall_back_either(&mut self, conn: ConnId) -> bool {
+        self.back_in_line(conn, Want::Any)
+    }
+
+    fn back_in_line(&mut self, conn: ConnId, want: Want) -> bool {
         let Some(Held::Remote { seq }) = self.held.get(&conn).copied() else {
             return false;
         };
         self.remote_used -= 1;
-        self.wait(conn, seq, Want::Any);
+        self.wait(conn, seq, want);
         true
     }
 
