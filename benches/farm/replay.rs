@@ -265,7 +265,7 @@ async fn one(
     };
     let mut got = link.compile(job.clone()).await;
     let mut slot = None;
-    if let Err(RemoteError::NotConnected | RemoteError::ConnectionLost | RemoteError::Send(_)) = &got {
+    if got.as_ref().is_err_and(RemoteError::is_the_links) {
         let mut window = link.window();
         let back = async {
             // The guard `wait_for` returns holds the window's lock: dropped at once.

@@ -139,10 +139,11 @@ struct Again {
 /// more while its units compile remotely.
 const KEPT_TEXT_BYTES: usize = 64 << 20;
 
-/// Whether a remote compile failed because the link to the scheduler did
-/// (not its agent, its deadline, or the scheduler's refusal).
-fn the_links_failure(e: &RemoteError) -> bool {
-    matches!(e, RemoteError::NotConnected | RemoteError::ConnectionLost | RemoteError::Send(_))
+/// Lets go of a connection's kept text, if any, in the count of kept bytes.
+fn let_go(kept_bytes: &mut usize, again: Option<Again>) {
+    if let Some(kept) = again {
+        *kept_bytes -= kept.text.len();
+    }
 }
 
 /// Owns the connections' states and drives them.
@@ -330,7 +331,7 @@ impl Dispatcher {
         match (frame.message, &mut conn.state) {
             (WrapperMsg::Abandon { reason }, ConnState::Preprocessing { .. } | ConnState::Granted) => {
                 debug!(conn = %id, pid = conn.pid, %reason, "wrapper abandoned remote");
-                self.fall_back(id, reason);
+                self.fall_back(id, reason, Want::LocalOnly);
             }
             (WrapperMsg::Source(header), ConnState::Preprocessing { source, .. }) if source.is_none() => {
                 *source = Some((frame.payload, header.cacheable));
@@ -529,9 +530,7 @@ impl Dispatcher {
             };
             match grant {
                 Grant::Local => {
-                    if let Some(kept) = conn.again.take() {
-                        self.kept_bytes -= kept.text.len();
-                    }
+                    let_go(&mut self.kept_bytes, conn.again.take());
                     let record = conn.probe.is_some();
                     let reason = match std::mem::replace(&mut conn.state, ConnState::Local) {
                         ConnState::FallingBack { reason } => {
@@ -556,9 +555,7 @@ impl Dispatcher {
                         again.push(id);
                     }
                     (kept, _) => {
-                        if let Some(kept) = kept {
-                            self.kept_bytes -= kept.text.len();
-                        }
+                        let_go(&mut self.kept_bytes, kept);
                         conn.state = ConnState::Granted;
                         self.to_preprocess.push_back(id);
                     }
@@ -609,7 +606,7 @@ impl Dispatcher {
             IdentityLookup::Pending => return,
             IdentityLookup::Failed(reason) => {
                 let reason = std::mem::take(reason);
-                return self.fall_back(id, reason);
+                return self.fall_back(id, reason, Want::LocalOnly);
             }
             IdentityLookup::Ready(t) => t.clone(),
         };
@@ -746,9 +743,7 @@ impl Dispatcher {
             (Done::Remote(Ok(compiled)), ConnState::Compiling { started, bytes, .. }) => {
                 self.deadlines.observe(*bytes, started.elapsed());
                 conn.state = ConnState::Answered;
-                if let Some(kept) = conn.again.take() {
-                    self.kept_bytes -= kept.text.len();
-                }
+                let_go(&mut self.kept_bytes, conn.again.take());
                 self.slots.finish_remote(id);
                 bump(&self.stats.remote);
                 if compiled.cached {
@@ -779,7 +774,7 @@ impl Dispatcher {
                     // It took at least this long: the estimate must not only ever fall.
                     self.deadlines.observe(*bytes, started.elapsed());
                 }
-                let again = the_links_failure(&reason) && conn.again.is_some();
+                let again = reason.is_the_links() && conn.again.is_some();
                 debug!(conn = %id, pid = conn.pid, %reason, again, "remote compile failed; falling back");
                 if let Some(units) = self.fallbacks.due() {
                     warn!(
@@ -791,34 +786,27 @@ impl Dispatcher {
                     );
                 }
                 if !again {
-                    if let Some(kept) = conn.again.take() {
-                        self.kept_bytes -= kept.text.len();
-                    }
+                    let_go(&mut self.kept_bytes, conn.again.take());
                 }
                 let reason = match &conn.text_refused {
                     // Why it could not go as text, then why not as inputs.
                     Some(text) => format!("{text}; {reason}"),
                     None => reason.to_string(),
                 };
-                if again {
-                    // A local slot, or the link back, whichever is first.
-                    conn.state = ConnState::FallingBack { reason };
-                    self.slots.fall_back_either(id);
-                    self.preprocessed(id);
-                } else {
-                    self.fall_back(id, reason);
-                }
+                // With its text kept: a local slot, or the link back, whichever is first.
+                self.fall_back(id, reason, if again { Want::Any } else { Want::LocalOnly });
             }
             // A result for a state that moved on (e.g. an abandoned job's lookup).
             _ => {}
         }
     }
 
-    /// Gives the remote slot back and waits for a local one.
-    fn fall_back(&mut self, id: ConnId, reason: String) {
+    /// Gives the remote slot back and waits for a local one (or, `Want::Any`,
+    /// a remote one again).
+    fn fall_back(&mut self, id: ConnId, reason: String, want: Want) {
         if let Some(conn) = self.conns.get_mut(&id) {
             conn.state = ConnState::FallingBack { reason };
-            self.slots.fall_back(id);
+            self.slots.fall_back(id, want);
         }
         self.preprocessed(id);
     }
@@ -836,9 +824,7 @@ impl Dispatcher {
             self.tell_builds();
         }
         if let Some(conn) = self.conns.remove(&id) {
-            if let Some(kept) = conn.again {
-                self.kept_bytes -= kept.text.len();
-            }
+            let_go(&mut self.kept_bytes, conn.again);
             if let ConnState::Compiling { task, .. } = conn.state {
                 task.abort();
             }

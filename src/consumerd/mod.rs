@@ -174,6 +174,14 @@ pub enum RemoteError {
     Failed,
 }
 
+impl RemoteError {
+    /// Whether the link to the scheduler failed (not the unit's agent, its
+    /// deadline, or the scheduler's refusal): the link may come back.
+    pub fn is_the_links(&self) -> bool {
+        matches!(self, RemoteError::NotConnected | RemoteError::ConnectionLost | RemoteError::Send(_))
+    }
+}
+
 /// The local side's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {

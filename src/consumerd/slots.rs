@@ -124,19 +124,11 @@ impl Slots {
         self.held.insert(conn, Held::Waiting { seq, want });
     }
 
-    /// A remote slot holder gives it back and waits for a local slot, at
-    /// its original place in line. Returns whether `conn` held a remote slot.
-    pub fn fall_back(&mut self, conn: ConnId) -> bool {
-        self.back_in_line(conn, Want::LocalOnly)
-    }
-
-    /// As [`Slots::fall_back`], but it may take a remote slot again as well
-    /// as a local one (its link failed: the link may come back first).
-    pub fn fall_back_either(&mut self, conn: ConnId) -> bool {
-        self.back_in_line(conn, Want::Any)
-    }
-
-    fn back_in_line(&mut self, conn: ConnId, want: Want) -> bool {
+    /// A remote slot holder gives it back and waits, at its original place
+    /// in line, for what `want` allows: a local slot (`LocalOnly`), or
+    /// either kind (`Any`: its link failed, and may come back first).
+    /// Returns whether `conn` held a remote slot.
+    pub fn fall_back(&mut self, conn: ConnId, want: Want) -> bool {
         let Some(Held::Remote { seq }) = self.held.get(&conn).copied() else {
             return false;
         };
@@ -258,7 +250,7 @@ mod tests {
             s.request(c(n), Want::Any);
         }
         assert_eq!(grants(&mut s), vec![(0, Grant::Remote), (1, Grant::Remote), (2, Grant::Local)]);
-        assert!(s.fall_back(c(0)));
+        assert!(s.fall_back(c(0), Want::LocalOnly));
         assert_eq!(grants(&mut s), vec![(3, Grant::Remote)], "the freed remote slot goes to the next in line");
         s.release(c(2));
         assert_eq!(grants(&mut s), vec![(0, Grant::Local)], "the fallback runs locally");
@@ -293,14 +285,14 @@ mod tests {
         assert_eq!(grants(&mut s), [(3, Grant::Remote)]);
         s.request(c(4), Want::Any);
         s.request(c(5), Want::LocalOnly);
-        assert!(s.fall_back(c(3)));
+        assert!(s.fall_back(c(3), Want::LocalOnly));
         // 3 waits for a local slot; 4 takes the remote slot 3 gave back.
         assert_eq!(grants(&mut s), [(4, Grant::Remote)]);
         s.release(c(1));
         assert_eq!(grants(&mut s), [(3, Grant::Local)]);
         s.release(c(3));
         assert_eq!(grants(&mut s), [(5, Grant::Local)]);
-        assert!(!s.fall_back(c(5)), "a local holder has nothing remote to give back");
+        assert!(!s.fall_back(c(5), Want::LocalOnly), "a local holder has nothing remote to give back");
     }
 
     #[test]
@@ -359,7 +351,7 @@ mod tests {
             match next() % 6 {
                 0 | 1 => s.request(c(conn), if next() % 3 == 0 { Want::LocalOnly } else { Want::Any }),
                 2 => {
-                    if s.fall_back(c(conn)) {
+                    if s.fall_back(c(conn), Want::LocalOnly) {
                         assert!(remote.remove(&conn));
                     }
                 }
