@@ -34,21 +34,23 @@ impl Job for BenchJob {
     }
 }
 
-/// Tasks each thread keeps in flight.
-const BATCH: u64 = 64;
-/// Tokens per agent.
-const TOKENS: u32 = 16;
-
 #[derive(Clone, Copy)]
 struct Shape {
     name: &'static str,
     agents: usize,
     toolchains: usize,
+    /// Tokens per agent.
+    tokens: u32,
+    /// Tasks each thread keeps in flight.
+    batch: u64,
 }
 
-const SHAPES: [Shape; 2] = [
-    Shape { name: "8 agents x 16 toolchains", agents: 8, toolchains: 16 },
-    Shape { name: "1000 agents", agents: 1000, toolchains: 16 },
+const SHAPES: [Shape; 3] = [
+    Shape { name: "8 agents x 16 toolchains", agents: 8, toolchains: 16, tokens: 16, batch: 64 },
+    Shape { name: "1000 agents", agents: 1000, toolchains: 16, tokens: 16, batch: 64 },
+    // A farm that is full, as during most of a large build: more tasks in
+    // flight than tokens, so tasks wait and every token given back serves one.
+    Shape { name: "1000 agents, full", agents: 1000, toolchains: 1, tokens: 1, batch: 1500 },
 ];
 
 fn toolchain(i: usize) -> Toolchain {
@@ -75,7 +77,7 @@ fn run_ccroute(shape: Shape, threads: usize, total: u64) -> Duration {
     let keys: Vec<_> = tcs.iter().map(Toolchain::key).collect();
     let mut agents: Vec<Vec<AgentSession<BenchJob>>> = (0..threads).map(|_| Vec::new()).collect();
     for i in 0..shape.agents {
-        agents[i % threads].push(sched.connect_agent(peer(i), &tcs, TOKENS));
+        agents[i % threads].push(sched.connect_agent(peer(i), &tcs, shape.tokens));
     }
     let per_thread = total / threads as u64;
     let done = AtomicU64::new(0);
@@ -93,7 +95,7 @@ fn run_ccroute(shape: Shape, threads: usize, total: u64) -> Duration {
                 start.wait();
                 let (mut sent, mut answered) = (0u64, 0u64);
                 loop {
-                    while sent < per_thread && sent - answered < BATCH {
+                    while sent < per_thread && sent - answered < shape.batch {
                         let _ = cd.submit(sent, keys[(sent as usize) % keys.len()], sent);
                         sent += 1;
                     }
@@ -203,7 +205,7 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
     let all: Vec<usize> = (0..shape.agents).collect();
     let r = Reference {
         routes: Mutex::new((0..shape.toolchains).map(|tc| (tc, all.clone())).collect()),
-        tokens: (0..shape.agents).map(|_| Mutex::new((0, TOKENS))).collect(),
+        tokens: (0..shape.agents).map(|_| Mutex::new((0, shape.tokens))).collect(),
         to_agent,
         tasks: Mutex::new(HashMap::new()),
         waiting: Mutex::new(HashMap::new()),
@@ -230,7 +232,7 @@ fn run_reference(shape: Shape, threads: usize, total: u64) -> Duration {
                 let (mut sent, mut answered) = (0u64, 0u64);
                 let id_base = (t as u64) << 40;
                 loop {
-                    while sent < per_thread && sent - answered < BATCH {
+                    while sent < per_thread && sent - answered < shape.batch {
                         r.submit(id_base | sent, (sent as usize) % every_tc.len(), t);
                         sent += 1;
                     }
@@ -323,10 +325,10 @@ fn paired(total: u64, rounds: usize) {
 fn main() {
     // For instruction-level profiles (`valgrind --tool=callgrind`): one
     // implementation, one shape, one thread count, nothing else.
-    //   DISPATCH_PROFILE=ccroute|reference,<shape 0|1>,<threads>,<cycles>
+    //   DISPATCH_PROFILE=ccroute|reference,<shape 0|1|2>,<threads>,<cycles>
     if let Ok(spec) = std::env::var("DISPATCH_PROFILE") {
         let f: Vec<&str> = spec.split(',').collect();
-        let shape = SHAPES[f.get(1).and_then(|s| s.parse().ok()).unwrap_or(0usize).min(1)];
+        let shape = SHAPES[f.get(1).and_then(|s| s.parse().ok()).unwrap_or(0usize).min(SHAPES.len() - 1)];
         let threads = f.get(2).and_then(|s| s.parse().ok()).unwrap_or(1usize).max(1);
         let n = f.get(3).and_then(|s| s.parse().ok()).unwrap_or(100_000u64);
         let d = if f[0] == "reference" { run_reference(shape, threads, n) } else { run_ccroute(shape, threads, n) };

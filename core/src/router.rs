@@ -14,8 +14,14 @@
 //! - A new task takes a token from the least loaded agent of its route that
 //!   has one (`in_use / limit`; for routes of more than [`WINDOW`] agents, the
 //!   least loaded of a rotating window of them, widening to all when the
-//!   window is full), or else waits in its consumerd's lane.
-//! - An agent that gives a token back serves its routes' waiting tasks.
+//!   window is full), or else waits in its consumerd's lane. A task that
+//!   finds others waiting joins them.
+//! - An agent that gives a token back serves its routes' waiting tasks,
+//!   looking at itself beside the window, and stops once a task has that
+//!   token ([`Freed::OneBy`]). In a full farm — most of a large build — its
+//!   token is the only free one: found at once, where a look over the
+//!   window and then every agent of the route cost 85 % of the core's time
+//!   at 1,000 agents (`cargo bench --bench dispatch`, "1000 agents, full").
 //! - Lanes are served round-robin, so one consumerd's big build cannot starve
 //!   another's (fairness across consumerds within a route). Within a lane,
 //!   with [`crate::Config::longest_first`], the longest expected task goes
@@ -56,6 +62,40 @@ use crate::sync::{fence, yield_now, Arc, AtomicBool, Ordering, ShardedMap};
 /// Routes with more agents than this look at a window of this many agents
 /// per placement instead of all of them.
 pub const WINDOW: usize = 8;
+
+/// Why a route's waiting tasks are served now, which says when the serving
+/// may stop.
+pub(crate) enum Freed<'a, J: Job> {
+    /// Any number of tokens may be free (a task was pushed, an agent left,
+    /// a route lost an agent): serve while tasks wait and tokens are free.
+    Any,
+    /// This agent gave tokens back, or has more (its limit grew, its
+    /// speed or routes changed): looked at first, then as for `Any`.
+    By(&'a AgentEntry<J>),
+    /// This agent gave one token back: looked at first, and done once a
+    /// task has that token. Any other free token is its giver's to serve,
+    /// or was seen by a submitter after it came free (the pair below), so
+    /// in a full farm a completion serves the next task without a look
+    /// over every agent of the route.
+    OneBy(&'a AgentEntry<J>),
+}
+
+impl<J: Job> Clone for Freed<'_, J> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<J: Job> Copy for Freed<'_, J> {}
+
+impl<'a, J: Job> Freed<'a, J> {
+    fn agent(self) -> Option<&'a AgentEntry<J>> {
+        match self {
+            Freed::Any => None,
+            Freed::By(a) | Freed::OneBy(a) => Some(a),
+        }
+    }
+}
 
 /// How placement ends a task it cannot place (no agent, no room, a lane
 /// whose consumerd left): the lifecycle's end, which runs the hooks' `on_end`
@@ -115,12 +155,23 @@ impl<J: Job> Router<J> {
                 r.agents.update(|list| list.iter().filter(|a| !Arc::ptr_eq(a, agent)).cloned().collect());
             },
         );
-        self.speed_changed(route);
+        self.find_fastest(route);
         self.routes.remove_if(&route.key, |r| r.is_unused());
     }
 
-    /// An agent of `route` changed speed, or left: its fastest is looked up again.
-    pub(crate) fn speed_changed(&self, route: &Route<J>) {
+    /// An agent of `route` went from speed `old` to `new`. Only an agent as
+    /// fast as the route's fastest that slows down makes it look over every
+    /// agent: speeds move on most results, and a route can have thousands.
+    pub(crate) fn speed_changed(&self, route: &Route<J>, old: u32, new: u32) {
+        if new > old {
+            route.fastest.fetch_max(new, Ordering::Relaxed);
+        } else if old >= route.fastest.load(Ordering::Relaxed) {
+            self.find_fastest(route);
+        }
+    }
+
+    /// Looks up the route's fastest agent again (one left, or slowed down).
+    fn find_fastest(&self, route: &Route<J>) {
         let fastest = route.agents.load().iter().map(|a| a.speed.load(Ordering::Relaxed)).max().unwrap_or(0);
         route.fastest.store(fastest, Ordering::Relaxed);
     }
@@ -195,7 +246,12 @@ impl<J: Job> Router<J> {
         // No clone of the route's Arc on this path: its count is shared by
         // every thread placing on it.
         let agents = task.route.agents.load();
-        if let Some(agent) = pick_agent(&task.route, &agents, self.speed_aware, 0) {
+        // With tasks waiting, a token that comes free serves them: this one
+        // joins them (below) rather than take a token ahead of them, and
+        // does not look over every agent of a full farm twice.
+        let first =
+            if task.route.queued() > 0 { None } else { pick_agent(&task.route, &agents, self.speed_aware, 0, None) };
+        if let Some(agent) = first {
             let room = task.route.queued() < self.max_queued;
             if room && self.speed_aware && sooner_elsewhere(&task, agent, &task.route, &agents) {
                 // Placed below, by a faster agent's token (or waits for one).
@@ -204,7 +260,7 @@ impl<J: Job> Router<J> {
                 if self.try_assign(agent, task).is_err() {
                     // The task ended meanwhile; the token we took is free again.
                     agent.tokens.release();
-                    self.serve_routes_of(agent, ends);
+                    self.gave_one_back(agent, ends);
                 }
                 return;
             }
@@ -221,7 +277,7 @@ impl<J: Job> Router<J> {
         }
         let route = task.route.clone();
         self.enqueue(&route, task, ends);
-        self.dispatch(&route, ends);
+        self.dispatch(&route, Freed::Any, ends);
     }
 
     /// Puts a task in its lane and counts it in.
@@ -263,8 +319,8 @@ impl<J: Job> Router<J> {
 
     /// Serves waiting tasks of `route` while it has both waiting tasks and
     /// free tokens. Called after every push to a lane, every token given
-    /// back and every agent that joins or leaves.
-    pub(crate) fn dispatch(&self, route: &Route<J>, ends: &impl Ends<J>) {
+    /// back and every agent that joins or leaves; `freed` says why.
+    pub(crate) fn dispatch(&self, route: &Route<J>, freed: Freed<'_, J>, ends: &impl Ends<J>) {
         // After an agent declined (each task was expected to finish sooner
         // elsewhere): only agents clearly faster than it, so the loop ends.
         let mut above = 0;
@@ -284,7 +340,7 @@ impl<J: Job> Router<J> {
                 }
                 return;
             }
-            let Some(agent) = pick_agent(route, &agents, self.speed_aware, above) else {
+            let Some(agent) = pick_agent(route, &agents, self.speed_aware, above, freed.agent()) else {
                 return;
             };
             let speed = agent.speed.load(Ordering::Relaxed);
@@ -303,6 +359,9 @@ impl<J: Job> Router<J> {
                             continue 'outer;
                         }
                         if self.try_assign(agent, task).is_ok() {
+                            if matches!(freed, Freed::OneBy(a) if std::ptr::eq(a, agent)) {
+                                return;
+                            }
                             continue 'outer;
                         }
                     }
@@ -318,20 +377,27 @@ impl<J: Job> Router<J> {
         }
     }
 
-    /// After a token of `agent` came back: serve the waiting tasks of its routes.
+    /// After tokens of `agent` came back, or it has more (its limit grew, its
+    /// routes changed): serve the waiting tasks of its routes.
     pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>, ends: &impl Ends<J>) {
-        self.serve_routes(&agent.routes.load(), ends);
+        self.serve_routes(&agent.routes.load(), Freed::By(agent), ends);
+    }
+
+    /// After one token of `agent` came back: as [`Router::serve_routes_of`],
+    /// done on each route once a task has that token.
+    pub(crate) fn gave_one_back(&self, agent: &AgentEntry<J>, ends: &impl Ends<J>) {
+        self.serve_routes(&agent.routes.load(), Freed::OneBy(agent), ends);
     }
 
     /// As [`Router::serve_routes_of`], given the agent's routes (its session
-    /// keeps a copy, sparing the snapshot load on every completion).
-    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>], ends: &impl Ends<J>) {
+    /// keeps a copy, sparing the snapshot load on every completion) and why.
+    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>], freed: Freed<'_, J>, ends: &impl Ends<J>) {
         // Pairs with the fence in `enqueue`: the token given back is ordered
         // before these looks at `queued`.
         fence(Ordering::SeqCst);
         for route in routes {
             if route.queued() > 0 {
-                self.dispatch(route, ends);
+                self.dispatch(route, freed, ends);
             }
         }
     }
@@ -422,46 +488,56 @@ fn sooner_elsewhere<J: Job>(
 /// The agent with a free token expected to finish a task first — the least
 /// loaded, or with `by_speed` the fastest (then the least loaded among
 /// those of about its speed) — with that token taken; only agents clearly
-/// faster than `above` when it is not 0.
+/// faster than `above` when it is not 0. `first`, an agent of the route
+/// that just gave a token back, is looked at with the window.
 fn pick_agent<'a, J: Job>(
     route: &Route<J>,
     agents: &'a [Arc<AgentEntry<J>>],
     by_speed: bool,
     above: u32,
-) -> Option<&'a Arc<AgentEntry<J>>> {
+    first: Option<&'a AgentEntry<J>>,
+) -> Option<&'a AgentEntry<J>> {
     let n = agents.len();
     if n == 0 {
         return None;
     }
     let (mut start, mut width) =
         if n <= WINDOW { (0, n) } else { (route.window.fetch_add(1, Ordering::Relaxed) % n, WINDOW) };
+    // The best so far: the agent, its tokens in use and limit, its speed.
+    type Best<'b, J> = Option<(&'b AgentEntry<J>, u32, u32, u32)>;
+    let consider = |agent: &'a AgentEntry<J>, best: &mut Best<'a, J>| {
+        let (in_use, limit, free) = agent.tokens.load();
+        let speed = if by_speed { agent.speed.load(Ordering::Relaxed) } else { 0 };
+        let better = |&(_, bu, bl, bs): &(&AgentEntry<J>, u32, u32, u32)| {
+            if clearly_faster(speed, bs) {
+                return true;
+            }
+            !clearly_faster(bs, speed) && lighter((in_use, limit), (bu, bl))
+        };
+        if free && (above == 0 || clearly_faster(speed, above)) && best.as_ref().is_none_or(better) {
+            *best = Some((agent, in_use, limit, speed));
+        }
+    };
     loop {
-        let mut best: Option<(usize, u32, u32, u32)> = None;
+        let mut best: Best<'a, J> = None;
+        if let Some(agent) = first.filter(|_| width < n) {
+            consider(agent, &mut best);
+        }
         let mut idx = start;
         for _ in 0..width {
-            let (in_use, limit, free) = agents[idx].tokens.load();
-            let speed = if by_speed { agents[idx].speed.load(Ordering::Relaxed) } else { 0 };
-            let better = |&(_, bu, bl, bs): &(usize, u32, u32, u32)| {
-                if clearly_faster(speed, bs) {
-                    return true;
-                }
-                !clearly_faster(bs, speed) && lighter((in_use, limit), (bu, bl))
-            };
-            if free && (above == 0 || clearly_faster(speed, above)) && best.as_ref().is_none_or(better) {
-                best = Some((idx, in_use, limit, speed));
-            }
+            consider(&agents[idx], &mut best);
             idx += 1;
             if idx == n {
                 idx = 0;
             }
         }
         match best {
-            Some((idx, in_use, limit, _)) => {
-                if agents[idx].tokens.try_acquire() {
+            Some((agent, in_use, limit, _)) => {
+                if agent.tokens.try_acquire() {
                     if in_use + 1 >= limit {
-                        agents[idx].full_seen.store(true, Ordering::Relaxed);
+                        agent.full_seen.store(true, Ordering::Relaxed);
                     }
-                    return Some(&agents[idx]);
+                    return Some(agent);
                 }
                 // Lost the token to another placement: look again.
             }

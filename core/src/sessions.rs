@@ -28,7 +28,7 @@ use crate::records::{
     Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, MAX_SPEED, MIN_SPEED,
     NOMINAL_SPEED, SAMPLE_RING, UNKNOWN_COST_MICROS,
 };
-use crate::router::pick_copy;
+use crate::router::{pick_copy, Freed};
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
 
@@ -124,7 +124,7 @@ impl<J: Job> AgentSession<J> {
                     if s.phase != Phase::Assigned || s.agent != self.entry.id.0 {
                         // Ended before it could be sent: its token is free.
                         self.entry.tokens.release();
-                        self.core.router.serve_routes_of(&self.entry, &*self.core);
+                        self.core.router.gave_one_back(&self.entry, &*self.core);
                         continue;
                     }
                     if self.outstanding.contains_key(&task.id) {
@@ -147,7 +147,7 @@ impl<J: Job> AgentSession<J> {
                     if s.phase != Phase::Assigned || s.agent != self.entry.id.0 {
                         // Cancelled since: the agent drops what it holds.
                         self.entry.tokens.release();
-                        self.core.router.serve_routes_of(&self.entry, &*self.core);
+                        self.core.router.gave_one_back(&self.entry, &*self.core);
                         return Some(Dispatch::Abandon(handle));
                     }
                     if self.outstanding.contains_key(&task.id) {
@@ -169,7 +169,7 @@ impl<J: Job> AgentSession<J> {
                         // Answered, cancelled or placed again before it could
                         // be sent, or run here already.
                         self.entry.tokens.release();
-                        self.core.router.serve_routes_of(&self.entry, &*self.core);
+                        self.core.router.gave_one_back(&self.entry, &*self.core);
                         match held {
                             Some(handle) => return Some(Dispatch::Abandon(handle)),
                             None => continue,
@@ -254,7 +254,7 @@ impl<J: Job> AgentSession<J> {
         // Looked at again with the token held: a task that came meanwhile gets it.
         if task.route.queued() > 0 || !task.set_hedge(copy.id.0, attempt) {
             copy.tokens.release();
-            self.core.router.serve_routes_of(copy, &*self.core);
+            self.core.router.gave_one_back(copy, &*self.core);
             return false;
         }
         // The event owns the token: the copy's session sends the task or frees it.
@@ -285,7 +285,7 @@ impl<J: Job> AgentSession<J> {
             }
         }
         if given > 0 {
-            self.core.router.serve_routes(&self.routes, &*self.core);
+            self.core.router.serve_routes(&self.routes, Freed::By(&self.entry), &*self.core);
         }
         given
     }
@@ -361,7 +361,7 @@ impl<J: Job> AgentSession<J> {
         } else {
             self.entry.counters.stale.bump();
         }
-        self.core.router.serve_routes(&self.routes, &*self.core);
+        self.core.router.serve_routes(&self.routes, Freed::OneBy(&self.entry), &*self.core);
         Ok(())
     }
 
@@ -423,7 +423,7 @@ impl<J: Job> AgentSession<J> {
         self.entry.routes.update(|_| kept);
         for route in &dropped {
             self.core.router.detach_agent(route, &self.entry);
-            self.core.router.dispatch(route, &*self.core);
+            self.core.router.dispatch(route, Freed::Any, &*self.core);
         }
         self.core.router.serve_routes_of(&self.entry, &*self.core);
     }
@@ -440,9 +440,9 @@ impl<J: Job> AgentSession<J> {
             return;
         }
         for route in &self.routes {
-            self.core.router.speed_changed(route);
+            self.core.router.speed_changed(route, old, milli);
         }
-        self.core.router.serve_routes(&self.routes, &*self.core);
+        self.core.router.serve_routes(&self.routes, Freed::By(&self.entry), &*self.core);
     }
 
     /// The agent's speed in thousandths ([`AgentSession::set_speed`]).
@@ -570,7 +570,7 @@ impl<J: Job> Drop for AgentSession<J> {
             yield_now();
         }
         for route in routes.iter() {
-            self.core.router.dispatch(route, &*self.core);
+            self.core.router.dispatch(route, Freed::Any, &*self.core);
         }
         self.core.retired.add_agent(&entry.counters);
         tracing::info!(agent = ?entry.id, lost = entry.counters.lost.get(), "agent disconnected");

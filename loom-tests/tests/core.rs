@@ -382,6 +382,51 @@ fn two_agents_and_two_submits_leave_nothing_waiting() {
     });
 }
 
+/// (c) A token given back serves one waiting task and its giver stops
+/// there (it does not look over every agent for more): while two agents
+/// each give their one token back and a task arrives behind one already
+/// waiting, both tasks are placed and neither token is left free.
+#[test]
+fn two_tokens_given_back_while_a_task_waits_and_another_arrives_place_both() {
+    model(|| {
+        let s: Scheduler<J> = Scheduler::new(Config::default());
+        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+        let mut a1 = s.connect_agent(peer(2), &[tc()], 1);
+        let mut a2 = s.connect_agent(peer(3), &[tc()], 1);
+        cd.submit(1, tc().key(), 1).unwrap();
+        cd.submit(2, tc().key(), 2).unwrap();
+        let mut ids = vec![];
+        for a in [&mut a1, &mut a2] {
+            let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+            ids.push(t.id());
+        }
+        cd.submit(3, tc().key(), 3).unwrap();
+        assert_eq!(s.routes()[0].queued, 1);
+        let (i1, i2) = (ids[0], ids[1]);
+        let t1 = thread::spawn(move || {
+            a1.complete(i1, Some(true)).unwrap();
+            a1
+        });
+        let t2 = thread::spawn(move || {
+            a2.complete(i2, Some(true)).unwrap();
+            a2
+        });
+        cd.submit(4, tc().key(), 4).unwrap();
+        let mut a1 = t1.join().unwrap();
+        let mut a2 = t2.join().unwrap();
+        assert_eq!(s.routes()[0].queued, 0, "a task waits while a token is free");
+        let mut placed = vec![];
+        for a in [&mut a1, &mut a2] {
+            if let Some(Dispatch::Assign(t)) = a.poll() {
+                placed.push(*t.body());
+            }
+        }
+        placed.sort_unstable();
+        assert_eq!(placed, vec![3, 4]);
+        drop((a1, a2, cd));
+    });
+}
+
 /// The last agent of a route leaves while a task arrives: nothing is left
 /// waiting on a route with no agent — both tasks go back to run locally.
 #[test]
