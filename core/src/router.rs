@@ -248,9 +248,11 @@ impl<J: Job> Router<J> {
         let agents = task.route.agents.load();
         // With tasks waiting, a token that comes free serves them: this one
         // joins them (below) rather than take a token ahead of them, and
-        // does not look over every agent of a full farm twice.
-        let first =
-            if task.route.queued() > 0 { None } else { pick_agent(&task.route, &agents, self.speed_aware, 0, None) };
+        // does not look over every agent of a full farm twice. Unless there
+        // is no room to wait: then it runs anywhere before it is refused.
+        let queued = task.route.queued();
+        let joins = queued > 0 && queued < self.max_queued;
+        let first = if joins { None } else { pick_agent(&task.route, &agents, self.speed_aware, 0, None) };
         if let Some(agent) = first {
             let room = task.route.queued() < self.max_queued;
             if room && self.speed_aware && sooner_elsewhere(&task, agent, &task.route, &agents) {

@@ -1583,3 +1583,26 @@ fn an_agent_lost_before_it_is_sent_a_copy_handed_to_it_does_not_forget_the_task(
     assert_eq!(got[0].reply, Reply::RunLocally(RetryReason::AttemptsExhausted));
     assert!(s.agents().is_empty());
 }
+
+#[test]
+fn a_long_unit_with_no_room_to_wait_for_a_fast_agent_runs_on_a_slow_one() {
+    let s = Scheduler::<CostedJob>::new(Config { speed_aware: true, max_queued_per_route: 2, ..Config::default() });
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 4);
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 1);
+    slow.set_speed(250);
+    fast.set_speed(1000);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(0, tc("gcc").key(), 100 * MS).unwrap();
+    assert_eq!(costs_to(&mut fast).len(), 1);
+    // Two 8 s units wait for the fast agent, though the slow one has tokens.
+    cd.submit(1, tc("gcc").key(), 8000 * MS).unwrap();
+    cd.submit(2, tc("gcc").key(), 8000 * MS).unwrap();
+    assert!(costs_to(&mut slow).is_empty());
+    assert_eq!(s.routes()[0].queued, 2);
+    // The route's queue is full: the next one runs on the slow agent rather
+    // than go back to be compiled locally.
+    cd.submit(3, tc("gcc").key(), 8000 * MS).unwrap();
+    assert_eq!(costs_to(&mut slow).iter().map(|t| t.1).collect::<Vec<_>>(), [8000 * MS]);
+    assert!(answers(&mut cd).is_empty(), "refused while a token was free");
+    assert_eq!(s.routes()[0].queued, 2);
+}
