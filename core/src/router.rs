@@ -155,23 +155,12 @@ impl<J: Job> Router<J> {
                 r.agents.update(|list| list.iter().filter(|a| !Arc::ptr_eq(a, agent)).cloned().collect());
             },
         );
-        self.find_fastest(route);
+        self.speed_changed(route);
         self.routes.remove_if(&route.key, |r| r.is_unused());
     }
 
-    /// An agent of `route` went from speed `old` to `new`. Only an agent as
-    /// fast as the route's fastest that slows down makes it look over every
-    /// agent: speeds move on most results, and a route can have thousands.
-    pub(crate) fn speed_changed(&self, route: &Route<J>, old: u32, new: u32) {
-        if new > old {
-            route.fastest.fetch_max(new, Ordering::Relaxed);
-        } else if old >= route.fastest.load(Ordering::Relaxed) {
-            self.find_fastest(route);
-        }
-    }
-
-    /// Looks up the route's fastest agent again (one left, or slowed down).
-    fn find_fastest(&self, route: &Route<J>) {
+    /// An agent of `route` changed speed, or left: its fastest is looked up again.
+    pub(crate) fn speed_changed(&self, route: &Route<J>) {
         let fastest = route.agents.load().iter().map(|a| a.speed.load(Ordering::Relaxed)).max().unwrap_or(0);
         route.fastest.store(fastest, Ordering::Relaxed);
     }

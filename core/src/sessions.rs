@@ -440,7 +440,7 @@ impl<J: Job> AgentSession<J> {
             return;
         }
         for route in &self.routes {
-            self.core.router.speed_changed(route, old, milli);
+            self.core.router.speed_changed(route);
         }
         self.core.router.serve_routes(&self.routes, Freed::By(&self.entry), &*self.core);
     }
