@@ -15,7 +15,7 @@
 //!   has one (`in_use / limit`; for routes of more than [`WINDOW`] agents, the
 //!   least loaded of a rotating window of them, widening to all when the
 //!   window is full), or else waits in its consumerd's lane. A task that
-//!   finds others waiting joins them.
+//!   finds others waiting joins them, while the route's queue has room.
 //! - An agent that gives a token back serves its routes' waiting tasks,
 //!   looking at itself beside the window, and stops once a task has that
 //!   token ([`Freed::OneBy`]). In a full farm — most of a large build — its
