@@ -11,7 +11,8 @@
 use std::sync::atomic::Ordering as StdOrdering;
 
 use ccroute_core::{
-    AnswerKind, Config, Dispatch, EndView, Hook, HookAction, Job, PeerInfo, Scheduler, Task, TaskRef, TokenPool,
+    AgentSession, AnswerKind, Config, ConsumerdSession, Dispatch, EndView, Hook, HookAction, Job, PeerInfo, Scheduler,
+    Task, TaskId, TaskRef, TokenPool,
 };
 use ccroute_wire::{Lang, Toolchain, ToolchainKind};
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -350,22 +351,28 @@ fn a_task_kept_for_a_fast_agent_is_not_stranded_when_its_token_comes_back() {
     });
 }
 
+/// Two agents of one route with one token each, each running a task (1
+/// and 2): the scheduler, the consumerd, the agents and their tasks' ids.
+fn two_busy_agents() -> (Scheduler<J>, ConsumerdSession<J>, AgentSession<J>, AgentSession<J>, TaskId, TaskId) {
+    let s: Scheduler<J> = Scheduler::new(Config::default());
+    let mut cd = s.connect_consumerd(peer(1), &[tc()]);
+    let mut a1 = s.connect_agent(peer(2), &[tc()], 1);
+    let mut a2 = s.connect_agent(peer(3), &[tc()], 1);
+    cd.submit(1, tc().key(), 1).unwrap();
+    cd.submit(2, tc().key(), 2).unwrap();
+    let mut ids = vec![];
+    for a in [&mut a1, &mut a2] {
+        let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
+        ids.push(t.id());
+    }
+    (s, cd, a1, a2, ids[0], ids[1])
+}
+
 /// (c) Two agents of one route give tokens back while two tasks arrive.
 #[test]
 fn two_agents_and_two_submits_leave_nothing_waiting() {
     model(|| {
-        let s: Scheduler<J> = Scheduler::new(Config::default());
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a1 = s.connect_agent(peer(2), &[tc()], 1);
-        let mut a2 = s.connect_agent(peer(3), &[tc()], 1);
-        cd.submit(1, tc().key(), 1).unwrap();
-        cd.submit(2, tc().key(), 2).unwrap();
-        let mut ids = vec![];
-        for a in [&mut a1, &mut a2] {
-            let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-            ids.push(t.id());
-        }
-        let (i1, i2) = (ids[0], ids[1]);
+        let (s, mut cd, mut a1, mut a2, i1, i2) = two_busy_agents();
         let t1 = thread::spawn(move || {
             a1.complete(i1, Some(true)).unwrap();
             a1
@@ -389,20 +396,9 @@ fn two_agents_and_two_submits_leave_nothing_waiting() {
 #[test]
 fn two_tokens_given_back_while_a_task_waits_and_another_arrives_place_both() {
     model(|| {
-        let s: Scheduler<J> = Scheduler::new(Config::default());
-        let mut cd = s.connect_consumerd(peer(1), &[tc()]);
-        let mut a1 = s.connect_agent(peer(2), &[tc()], 1);
-        let mut a2 = s.connect_agent(peer(3), &[tc()], 1);
-        cd.submit(1, tc().key(), 1).unwrap();
-        cd.submit(2, tc().key(), 2).unwrap();
-        let mut ids = vec![];
-        for a in [&mut a1, &mut a2] {
-            let Some(Dispatch::Assign(t)) = a.poll() else { panic!("not assigned") };
-            ids.push(t.id());
-        }
+        let (s, mut cd, mut a1, mut a2, i1, i2) = two_busy_agents();
         cd.submit(3, tc().key(), 3).unwrap();
         assert_eq!(s.routes()[0].queued, 1);
-        let (i1, i2) = (ids[0], ids[1]);
         let t1 = thread::spawn(move || {
             a1.complete(i1, Some(true)).unwrap();
             a1
