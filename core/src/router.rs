@@ -18,7 +18,7 @@
 //!   finds others waiting joins them, while the route's queue has room.
 //! - An agent that gives a token back serves its routes' waiting tasks,
 //!   looking at itself beside the window, and stops once a task has that
-//!   token ([`Freed::OneBy`]). In a full farm — most of a large build — its
+//!   token ([`Router::gave_one_back`]). In a full farm — most of a large build — its
 //!   token is the only free one: found at once, where a look over the
 //!   window and then every agent of the route cost 85 % of the core's time
 //!   at 1,000 agents (`cargo bench --bench dispatch`, "1000 agents, full").
@@ -62,40 +62,6 @@ use crate::sync::{fence, yield_now, Arc, AtomicBool, Ordering, ShardedMap};
 /// Routes with more agents than this look at a window of this many agents
 /// per placement instead of all of them.
 pub const WINDOW: usize = 8;
-
-/// Why a route's waiting tasks are served now, which says when the serving
-/// may stop.
-pub(crate) enum Freed<'a, J: Job> {
-    /// Any number of tokens may be free (a task was pushed, an agent left,
-    /// a route lost an agent): serve while tasks wait and tokens are free.
-    Any,
-    /// This agent gave tokens back, or has more (its limit grew, its
-    /// speed or routes changed): looked at first, then as for `Any`.
-    By(&'a AgentEntry<J>),
-    /// This agent gave one token back: looked at first, and done once a
-    /// task has that token. Any other free token is its giver's to serve,
-    /// or was seen by a submitter after it came free (the pair below), so
-    /// in a full farm a completion serves the next task without a look
-    /// over every agent of the route.
-    OneBy(&'a AgentEntry<J>),
-}
-
-impl<J: Job> Clone for Freed<'_, J> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<J: Job> Copy for Freed<'_, J> {}
-
-impl<'a, J: Job> Freed<'a, J> {
-    fn agent(self) -> Option<&'a AgentEntry<J>> {
-        match self {
-            Freed::Any => None,
-            Freed::By(a) | Freed::OneBy(a) => Some(a),
-        }
-    }
-}
 
 /// How placement ends a task it cannot place (no agent, no room, a lane
 /// whose consumerd left): the lifecycle's end, which runs the hooks' `on_end`
@@ -268,7 +234,7 @@ impl<J: Job> Router<J> {
         }
         let route = task.route.clone();
         self.enqueue(&route, task, ends);
-        self.dispatch(&route, Freed::Any, ends);
+        self.dispatch(&route, None, ends);
     }
 
     /// Puts a task in its lane and counts it in.
@@ -310,8 +276,15 @@ impl<J: Job> Router<J> {
 
     /// Serves waiting tasks of `route` while it has both waiting tasks and
     /// free tokens. Called after every push to a lane, every token given
-    /// back and every agent that joins or leaves; `freed` says why.
-    pub(crate) fn dispatch(&self, route: &Route<J>, freed: Freed<'_, J>, ends: &impl Ends<J>) {
+    /// back and every agent that joins or leaves. `gave_one` is the agent
+    /// that gave one token back, if that is why: it is looked at first, and
+    /// the serving is done once a task has that token. Any other free token
+    /// is its own giver's to serve, or was seen by a submitter after it came
+    /// free (the pair the module describes), so in a full farm a completion
+    /// serves the next task without a look over every agent of the route.
+    /// Otherwise (a push, an agent that joined, left or has more tokens) it
+    /// serves while tasks wait and tokens are free.
+    pub(crate) fn dispatch(&self, route: &Route<J>, gave_one: Option<&AgentEntry<J>>, ends: &impl Ends<J>) {
         // After an agent declined (each task was expected to finish sooner
         // elsewhere): only agents clearly faster than it, so the loop ends.
         let mut above = 0;
@@ -331,7 +304,7 @@ impl<J: Job> Router<J> {
                 }
                 return;
             }
-            let Some(agent) = pick_agent(route, &agents, self.speed_aware, above, freed.agent()) else {
+            let Some(agent) = pick_agent(route, &agents, self.speed_aware, above, gave_one) else {
                 return;
             };
             let speed = agent.speed.load(Ordering::Relaxed);
@@ -350,7 +323,7 @@ impl<J: Job> Router<J> {
                             continue 'outer;
                         }
                         if self.try_assign(agent, task).is_ok() {
-                            if matches!(freed, Freed::OneBy(a) if std::ptr::eq(a, agent)) {
+                            if gave_one.is_some_and(|a| std::ptr::eq(a, agent)) {
                                 return;
                             }
                             continue 'outer;
@@ -371,24 +344,25 @@ impl<J: Job> Router<J> {
     /// After tokens of `agent` came back, or it has more (its limit grew, its
     /// routes changed): serve the waiting tasks of its routes.
     pub(crate) fn serve_routes_of(&self, agent: &AgentEntry<J>, ends: &impl Ends<J>) {
-        self.serve_routes(&agent.routes.load(), Freed::By(agent), ends);
+        self.serve_routes(&agent.routes.load(), None, ends);
     }
 
     /// After one token of `agent` came back: as [`Router::serve_routes_of`],
     /// done on each route once a task has that token.
     pub(crate) fn gave_one_back(&self, agent: &AgentEntry<J>, ends: &impl Ends<J>) {
-        self.serve_routes(&agent.routes.load(), Freed::OneBy(agent), ends);
+        self.serve_routes(&agent.routes.load(), Some(agent), ends);
     }
 
     /// As [`Router::serve_routes_of`], given the agent's routes (its session
-    /// keeps a copy, sparing the snapshot load on every completion) and why.
-    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>], freed: Freed<'_, J>, ends: &impl Ends<J>) {
+    /// keeps a copy, sparing the snapshot load on every completion), and the
+    /// agent that gave one token back if that is why ([`Router::dispatch`]).
+    pub(crate) fn serve_routes(&self, routes: &[Arc<Route<J>>], gave_one: Option<&AgentEntry<J>>, ends: &impl Ends<J>) {
         // Pairs with the fence in `enqueue`: the token given back is ordered
         // before these looks at `queued`.
         fence(Ordering::SeqCst);
         for route in routes {
             if route.queued() > 0 {
-                self.dispatch(route, freed, ends);
+                self.dispatch(route, gave_one, ends);
             }
         }
     }

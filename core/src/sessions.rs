@@ -28,7 +28,7 @@ use crate::records::{
     Dispatch, Ending, Job, Lane, PeerInfo, Phase, Reply, Route, RouteError, State, Task, TaskId, MAX_SPEED, MIN_SPEED,
     NOMINAL_SPEED, SAMPLE_RING, UNKNOWN_COST_MICROS,
 };
-use crate::router::{pick_copy, Freed};
+use crate::router::pick_copy;
 use crate::sync::{yield_now, Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, Snapshot};
 use crate::tokens::{clamp_limit, TokenPool};
 
@@ -285,7 +285,7 @@ impl<J: Job> AgentSession<J> {
             }
         }
         if given > 0 {
-            self.core.router.serve_routes(&self.routes, Freed::By(&self.entry), &*self.core);
+            self.core.router.serve_routes(&self.routes, None, &*self.core);
         }
         given
     }
@@ -361,7 +361,7 @@ impl<J: Job> AgentSession<J> {
         } else {
             self.entry.counters.stale.bump();
         }
-        self.core.router.serve_routes(&self.routes, Freed::OneBy(&self.entry), &*self.core);
+        self.core.router.serve_routes(&self.routes, Some(&self.entry), &*self.core);
         Ok(())
     }
 
@@ -423,7 +423,7 @@ impl<J: Job> AgentSession<J> {
         self.entry.routes.update(|_| kept);
         for route in &dropped {
             self.core.router.detach_agent(route, &self.entry);
-            self.core.router.dispatch(route, Freed::Any, &*self.core);
+            self.core.router.dispatch(route, None, &*self.core);
         }
         self.core.router.serve_routes_of(&self.entry, &*self.core);
     }
@@ -442,7 +442,7 @@ impl<J: Job> AgentSession<J> {
         for route in &self.routes {
             self.core.router.speed_changed(route);
         }
-        self.core.router.serve_routes(&self.routes, Freed::By(&self.entry), &*self.core);
+        self.core.router.serve_routes(&self.routes, None, &*self.core);
     }
 
     /// The agent's speed in thousandths ([`AgentSession::set_speed`]).
@@ -570,7 +570,7 @@ impl<J: Job> Drop for AgentSession<J> {
             yield_now();
         }
         for route in routes.iter() {
-            self.core.router.dispatch(route, Freed::Any, &*self.core);
+            self.core.router.dispatch(route, None, &*self.core);
         }
         self.core.retired.add_agent(&entry.counters);
         tracing::info!(agent = ?entry.id, lost = entry.counters.lost.get(), "agent disconnected");
