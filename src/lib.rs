@@ -33,6 +33,8 @@ pub mod cli;
 pub mod cluster;
 #[cfg(feature = "daemon")]
 pub mod consumerd;
+#[cfg(feature = "daemon")]
+pub(crate) mod cost;
 pub mod host;
 pub mod jobserver;
 pub mod local_socket;

@@ -189,7 +189,7 @@ fn relay_main(args: &[OsString]) -> Result<(), String> {
     relay::run(ip, upstream, &specs).map_err(|e| format!("relay: {e}"))
 }
 
-/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --local-slots L --dilate K --start-at NS --name S --out F`.
+/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --local-slots L --dilate K --start-at NS --name S --out F [--costs F]`.
 fn replay_main(args: &[OsString]) -> Result<(), String> {
     let a = strs(args);
     let get = |k: &str| {
@@ -205,6 +205,7 @@ fn replay_main(args: &[OsString]) -> Result<(), String> {
         dilate: get("--dilate")?.parse().map_err(|e| format!("--dilate: {e}"))?,
         start_at: get("--start-at")?.parse().map_err(|e| format!("--start-at: {e}"))?,
         name: get("--name")?,
+        costs_file: get("--costs").ok().map(PathBuf::from),
     };
     let out = get("--out")?;
     logs();
@@ -1043,6 +1044,13 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
             format!("build-{b}"),
             "--out".into(),
             w.join(format!("answers-{b}.tsv")).to_string_lossy().into_owned(),
+            // The link's own cost model, beside the scheduler's: a first
+            // run teaches both.
+            "--costs".into(),
+            Path::new(&cache_dir)
+                .join(format!("build-{b}-{}", ccroute::consumerd::link::COSTS_FILE))
+                .to_string_lossy()
+                .into_owned(),
         ];
         if s.follow_window {
             args.push("--follow-window".into());

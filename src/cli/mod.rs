@@ -336,6 +336,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
         Some(addr) => Some((addr, crate::net::exposition::bind(addr).await?)),
         None => None,
     };
+    let costs_file = config.cache_dir.as_ref().map(|d| d.join(crate::consumerd::link::COSTS_FILE));
     let daemon = Consumerd::bind(config)?;
     let shutdown = signals();
     let tasks = tokio_util::task::TaskTracker::new();
@@ -348,7 +349,10 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
             let addr = args::parse_addr(addr)?;
             match tls::load(&args::tls_dir(&a.tls, &file), CertRole::Consumerd) {
                 Ok(identity) => Arc::new(crate::consumerd::link::Link::start(
-                    crate::consumerd::link::LinkConfig::new(addr, identity),
+                    crate::consumerd::link::LinkConfig {
+                        costs_file,
+                        ..crate::consumerd::link::LinkConfig::new(addr, identity)
+                    },
                     daemon.stats(),
                     shutdown.clone(),
                     &tasks,

@@ -18,9 +18,19 @@
 //! lost fast answers), and a job whose wrapper goes away is cancelled on the
 //! scheduler. Answers are matched by task id; anything but a compile result
 //! — no agent, agent lost, over budget — is "run it locally".
+//!
+//! Tasks are sent longest expected first ([`SendOrder`]): a build that runs
+//! ahead of the farm's tokens (`make -j` far above the window) gives the
+//! link more tasks than it can send at once, and the last long unit in
+//! make's order, sent last, would end the build late however the scheduler
+//! orders what reached it. What a unit is expected to cost comes from a
+//! cost model of the link's own (`crate::cost`), taught by its results and
+//! kept in [`LinkConfig::costs_file`] across runs.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +46,7 @@ use tokio_util::task::TaskTracker;
 
 use super::supply::Supply;
 use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
+use crate::cost::{Costs, Expected};
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
@@ -63,6 +74,12 @@ const INPUTS_FAILURES_IN_A_ROW: u32 = 3;
 /// within about a second of listening; one that stays away costs a build
 /// this much more (after its idle timeout) than compiling at once would.
 pub const RESUME_GRACE: Duration = Duration::from_secs(3);
+/// Tasks being sent at once (compressed and queued on the connection, or
+/// written on a stream of their own); the others wait their turn, longest
+/// expected first. Enough to keep the connection's queue full.
+const SENDING_AT_ONCE: usize = 16;
+/// The consumerd's cost model, in its cache's directory.
+pub const COSTS_FILE: &str = "consumerd-cost-model";
 
 /// Where and how to reach the scheduler.
 #[derive(Debug, Clone)]
@@ -77,6 +94,8 @@ pub struct LinkConfig {
     pub node_id: u128,
     /// This host's name.
     pub host_name: String,
+    /// Where the link's cost model is kept across runs (`None`: in memory).
+    pub costs_file: Option<PathBuf>,
 }
 
 impl LinkConfig {
@@ -90,6 +109,7 @@ impl LinkConfig {
             transport: TransportOptions::default(),
             node_id: crate::net::random_id(),
             host_name: crate::host::host_name(),
+            costs_file: None,
         }
     }
 }
@@ -102,6 +122,8 @@ struct Pending {
     waiter: Waiter,
     header: TaskHeader,
     payload: Bytes,
+    /// What it was expected to cost, taught what it took by its result.
+    expected: Expected,
 }
 
 struct Connected {
@@ -128,6 +150,10 @@ struct Inner {
     inputs_failure_said: crate::said::Every,
     /// The local side's counters (bytes sent are counted here).
     stats: Arc<Stats>,
+    /// What each unit is expected to cost, learnt from results.
+    costs: Costs,
+    /// Tasks waiting to be sent.
+    order: SendOrder,
 }
 
 /// The link; cheap to clone.
@@ -163,7 +189,10 @@ impl Link {
             inputs_failed: Mutex::new(HashMap::new()),
             inputs_failure_said: crate::said::Every::new(crate::said::A_MINUTE),
             stats: stats.clone(),
+            costs: Costs::open_file(config.costs_file.clone(), None),
+            order: SendOrder::default(),
         });
+        tasks.spawn(keep_costs(inner.clone(), shutdown.clone()));
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
     }
@@ -225,7 +254,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
         if off {
             text_because = Some("no agent took this toolchain's inputs lately");
         } else {
-            match compile_inputs(&inner, &conn, &job, &inputs).await {
+            match compile_inputs(&inner, &job, &inputs).await {
                 Ok(c) if c.exit_status == 0 || !may_lack_a_file(&c.parts.stderr, &inputs.spec.env) => {
                     lock(&inner.inputs_failed).remove(&toolchain);
                     return Ok(Compiled { from_inputs: true, ..c });
@@ -271,6 +300,9 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
             return Err(RemoteError::Agent(format!("only its inputs may go remote: {}", text_because.unwrap_or(""))));
         }
     }
+    // Its turn to be sent, before the work of sending it (compressing).
+    let expected = inner.costs.expect_spec(toolchain, &job.spec, job.text.len());
+    let turn = inner.order.turn(expected.prediction.micros).await;
     let spec = codec::encode_spec(&job.spec);
     let text = job.text;
     let large = text.len() >= BLOCKING_COMPRESS;
@@ -298,7 +330,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
         origin: None,
         resumed: false,
     };
-    let compiled = submit(&inner, &conn, header, packed, None).await?;
+    let compiled = submit(&inner, header, packed, None, expected, turn).await?;
     Ok(Compiled { text_because, ..compiled })
 }
 
@@ -335,7 +367,6 @@ fn may_lack_a_file(stderr: &[u8], env: &[(String, String)]) -> bool {
 /// Sends the unit as its inputs, on the toolchain's inputs twin.
 async fn compile_inputs(
     inner: &Arc<Inner>,
-    conn: &Arc<Connected>,
     job: &RemoteJob,
     inputs: &super::InputsJob,
 ) -> Result<Compiled, RemoteError> {
@@ -354,23 +385,32 @@ async fn compile_inputs(
         origin: None,
         resumed: false,
     };
-    submit(inner, conn, header, Bytes::new(), Some(inputs.sources.clone())).await
+    let expected = inner.costs.expect_spec(twin, &inputs.spec, 0);
+    let turn = inner.order.turn(expected.prediction.micros).await;
+    submit(inner, header, Bytes::new(), Some(inputs.sources.clone()), expected, turn).await
 }
 
 /// Registers a task, sends it, and waits for its answer; `sources` are
 /// served to its agent while it runs.
 async fn submit(
     inner: &Arc<Inner>,
-    conn: &Arc<Connected>,
     mut header: TaskHeader,
     packed: Bytes,
     sources: Option<super::supply::Sources>,
+    expected: Expected,
+    turn: Turn<'_>,
 ) -> Result<Compiled, RemoteError> {
+    // `turn` was waited for before the task was registered: a task
+    // registered is sent again on a new connection, and this one had not
+    // been sent. The connection may have changed while it waited.
+    let Some(conn) = lock(&inner.current).clone() else {
+        return Err(RemoteError::NotConnected);
+    };
     let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
     header.task_id = id;
     let (tx, rx) = oneshot::channel();
     // Registered before it is sent: the answer may come back at once.
-    let kept = Pending { waiter: tx, header: header.clone(), payload: packed.clone() };
+    let kept = Pending { waiter: tx, header: header.clone(), payload: packed.clone(), expected };
     lock(&inner.pending).insert(id, kept);
     if let Some(sources) = sources {
         inner.supply.register(id, sources);
@@ -380,13 +420,154 @@ async fn submit(
     let counter = if header.inputs { &inner.stats.inputs_task_bytes } else { &inner.stats.text_task_bytes };
     // Relaxed: a display counter.
     counter.fetch_add(bytes, Ordering::Relaxed);
-    if let Err(e) = send_task(conn, header, packed).await {
+    let sent = send_task(&conn, header, packed).await;
+    drop(turn);
+    if let Err(e) = sent {
         return Err(RemoteError::Send(e));
     }
     let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
     inner.supply.forget(id);
     answer
+}
+
+/// Tasks waiting for their turn to be sent: at most [`SENDING_AT_ONCE`]
+/// are sent at once, and a turn given back goes to the waiting task
+/// expected to cost the most (the oldest of equals).
+#[derive(Default)]
+struct SendOrder {
+    state: Mutex<OrderState>,
+}
+
+#[derive(Default)]
+struct OrderState {
+    /// Turns held.
+    sending: usize,
+    waiting: BinaryHeap<Waiting>,
+    /// Arrival order, for ties.
+    arrived: u64,
+}
+
+/// A task waiting its turn; the heap's greatest goes first.
+struct Waiting {
+    micros: u64,
+    arrived: u64,
+    go: oneshot::Sender<()>,
+}
+
+impl Waiting {
+    fn rank(&self) -> (u64, Reverse<u64>) {
+        (self.micros, Reverse(self.arrived))
+    }
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+
+impl Eq for Waiting {}
+
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+/// A turn to send, given back when dropped.
+struct Turn<'a> {
+    order: &'a SendOrder,
+    held: bool,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.order.give_back();
+        }
+    }
+}
+
+/// A wait for a turn; one handed over to a wait dropped meanwhile (its job
+/// cancelled) is passed on.
+struct Queued<'a> {
+    order: &'a SendOrder,
+    go: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(mut go) = self.go.take() {
+            go.close();
+            if go.try_recv().is_ok() {
+                self.order.give_back();
+            }
+        }
+    }
+}
+
+impl SendOrder {
+    /// Waits for a turn to send a task expected to cost `micros`.
+    async fn turn(&self, micros: u64) -> Turn<'_> {
+        let go = {
+            let mut s = lock(&self.state);
+            if s.sending < SENDING_AT_ONCE {
+                s.sending += 1;
+                return Turn { order: self, held: true };
+            }
+            let (tx, rx) = oneshot::channel();
+            let arrived = s.arrived;
+            s.arrived += 1;
+            s.waiting.push(Waiting { micros, arrived, go: tx });
+            rx
+        };
+        let mut queued = Queued { order: self, go: Some(go) };
+        let handed = match queued.go.as_mut() {
+            Some(go) => go.await.is_ok(),
+            None => false,
+        };
+        // Handed over: the turn is this task's now, not the wait's to pass on.
+        queued.go = None;
+        // Not handed (never: a wait leaves the heap only to be handed a
+        // turn): sent without one.
+        Turn { order: self, held: handed }
+    }
+
+    /// A turn ends: the next task goes, or one turn fewer is held.
+    fn give_back(&self) {
+        let mut s = lock(&self.state);
+        while let Some(next) = s.waiting.pop() {
+            if next.go.send(()).is_ok() {
+                return;
+            }
+        }
+        s.sending -= 1;
+    }
+}
+
+/// Writes the link's cost model to its file now and then, and at the end.
+async fn keep_costs(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(crate::cost::SAVE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        let stop = tokio::select! {
+            _ = every.tick() => false,
+            () = shutdown.cancelled() => true,
+        };
+        let saving = inner.clone();
+        let _ = tokio::task::spawn_blocking(move || saving.costs.save()).await;
+        if stop {
+            return;
+        }
+    }
 }
 
 /// Sends one task: a small source inline, a large one on a stream of its own.
@@ -665,6 +846,10 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                 tracing::trace!(task = header.task_id, waited = waiter.is_some(), "result");
                 match waiter {
                     Some(p) => {
+                        if matches!(header.outcome, Outcome::Success) && !header.cached {
+                            let took = if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us };
+                            inner.costs.took(&p.expected, Duration::from_micros(took));
+                        }
                         let _ = p.waiter.send(to_compiled(header, &frame.payload));
                     }
                     // Given up on meanwhile (its wrapper left, its deadline
@@ -686,6 +871,77 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Takes every turn there is, so that the next ones wait.
+    fn all_turns(order: &SendOrder) -> Vec<Turn<'_>> {
+        (0..SENDING_AT_ONCE).map(|_| Turn { order, held: true }).inspect(|_| lock(&order.state).sending += 1).collect()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn turns_given_back_go_to_the_longest_waiting_task_first() {
+        let order = SendOrder::default();
+        let mut held = all_turns(&order);
+        let went = Mutex::new(Vec::new());
+        let wait = |micros: u64| {
+            let (order, went) = (&order, &went);
+            async move {
+                let turn = order.turn(micros).await;
+                lock(went).push(micros);
+                turn
+            }
+        };
+        let mut waits: Vec<_> = [5, 300, 40, 300, 7_000].into_iter().map(|m| Some(Box::pin(wait(m)))).collect();
+        // Each is polled once, in arrival order: all wait.
+        for w in waits.iter_mut().flatten() {
+            assert!(futures_poll(w.as_mut()).is_none());
+        }
+        assert!(lock(&went).is_empty());
+        let mut kept = Vec::new();
+        for _ in 0..waits.len() {
+            drop(held.pop());
+            for slot in &mut waits {
+                if let Some(turn) = slot.as_mut().and_then(|w| futures_poll(w.as_mut())) {
+                    kept.push(turn);
+                    *slot = None;
+                }
+            }
+            assert_eq!(kept.len() + held.len(), SENDING_AT_ONCE, "one turn given back, one taken");
+        }
+        // Longest first; of two equal, the first to come.
+        assert_eq!(*lock(&went), vec![7_000, 300, 300, 40, 5]);
+        drop(held);
+        drop(kept);
+        assert_eq!(lock(&order.state).sending, 0, "every turn came back");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_turn_handed_to_a_wait_given_up_goes_to_the_next() {
+        let order = SendOrder::default();
+        let mut held = all_turns(&order);
+        let mut gone = Box::pin(order.turn(9_000));
+        let mut next = Box::pin(order.turn(10));
+        assert!(futures_poll(gone.as_mut()).is_none());
+        assert!(futures_poll(next.as_mut()).is_none());
+        // The turn goes to the longest, whose job is then dropped before it
+        // ran again: the turn passes on rather than being lost.
+        drop(held.pop());
+        drop(gone);
+        let turn = futures_poll(next.as_mut()).expect("the turn passed on");
+        assert_eq!(lock(&order.state).sending, SENDING_AT_ONCE);
+        drop(turn);
+        drop(held);
+        assert_eq!(lock(&order.state).sending, 0);
+        assert!(lock(&order.state).waiting.is_empty());
+    }
+
+    /// Polls `f` once.
+    fn futures_poll<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        match f.poll(&mut std::task::Context::from_waker(waker)) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
+    }
 
     fn failed(stderr: &str) -> ResultHeader {
         ResultHeader {

@@ -251,7 +251,7 @@ const MOVE_BEFORE: f64 = 3.0 / 8.0;
 /// bound.
 /// A task not copied now is looked at again at the next check.
 fn hedge_stragglers(
-    (session, costs): (&AgentSession<NetJob>, &super::cost::Costs),
+    (session, costs): (&AgentSession<NetJob>, &crate::cost::Costs),
     dispatched: &mut HashMap<u64, Flight>,
     speed_milli: u32,
     last_answer: Option<Instant>,
@@ -334,7 +334,7 @@ fn stopped_after_a_copy(
     f: &Flight,
     (speed, rtt): (&mut Speed, Duration),
     session: &AgentSession<NetJob>,
-    (costs, host): (&super::cost::Costs, &str),
+    (costs, host): (&crate::cost::Costs, &str),
 ) {
     let (Some(e), Some(then)) = (&f.expected, f.hedged) else { return };
     let cost = costs.now(e);
@@ -382,7 +382,7 @@ struct Flight {
     consumerd: u128,
     spec: Bytes,
     /// What it was expected to cost.
-    expected: Option<super::cost::Expected>,
+    expected: Option<crate::cost::Expected>,
 }
 
 /// An agent's speed: pinned by its configuration, or learnt from its
@@ -471,7 +471,7 @@ impl Speed {
         expected: Prediction,
         took: Duration,
         session: &AgentSession<NetJob>,
-        (costs, host): (&super::cost::Costs, &str),
+        (costs, host): (&crate::cost::Costs, &str),
     ) -> f64 {
         if let Some(milli) = self.learn(expected, took.as_micros() as f64) {
             self.give(milli, session, (costs, host));
@@ -485,7 +485,7 @@ impl Speed {
 
     /// Gives the core a learnt speed `milli` when it differs enough from
     /// what it has, keeping it for `host` in `costs`; whether it did.
-    fn give(&mut self, milli: u32, session: &AgentSession<NetJob>, (costs, host): (&super::cost::Costs, &str)) -> bool {
+    fn give(&mut self, milli: u32, session: &AgentSession<NetJob>, (costs, host): (&crate::cost::Costs, &str)) -> bool {
         // Only changes of more than 3 % are worth a new look at the routes.
         if milli.abs_diff(self.given) * 32 <= self.given {
             return false;
@@ -807,7 +807,7 @@ mod tests {
         let s: ccroute_core::Scheduler<NetJob> = ccroute_core::Scheduler::new(ccroute_core::Config::default());
         let session = s.connect_agent(peer(1), &[tc("gcc")], 1);
         session.set_speed(1300);
-        let costs = super::super::cost::Costs::open(None);
+        let costs = crate::cost::Costs::open(None);
         let spec = ccroute_wire::codec::encode_spec(&ccroute_wire::TaskSpec {
             args: vec!["-O2".into(), "-c".into()],
             input_path: "a.c".into(),

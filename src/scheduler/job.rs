@@ -36,7 +36,7 @@ pub struct TaskBody {
     /// When it arrived (its wait until dispatch is a metric).
     pub received: std::time::Instant,
     /// What it is expected to cost; `None` when its spec does not decode.
-    pub(crate) expected: Option<super::cost::Expected>,
+    pub(crate) expected: Option<crate::cost::Expected>,
 }
 
 impl TaskBody {

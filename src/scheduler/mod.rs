@@ -24,7 +24,6 @@ pub mod agent;
 pub mod budget;
 pub mod cache_hook;
 pub mod consumerd;
-mod cost;
 mod inbound;
 pub mod job;
 pub mod metrics;
@@ -158,7 +157,7 @@ pub(crate) struct ServerState {
     /// What the web view keeps, while the metrics listener is on.
     pub(crate) web: Option<web::Web>,
     /// What each unit is expected to cost, learnt from results.
-    pub(crate) costs: cost::Costs,
+    pub(crate) costs: crate::cost::Costs,
     /// Cancelled when shutdown begins.
     pub(crate) shutdown: CancellationToken,
     /// Straggler hedging is on ([`ServerConfig::hedging`]).
@@ -200,7 +199,7 @@ impl Server {
     /// [`ServerError`] when the cache cannot be opened, the address cannot
     /// be bound or the thread not started.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
-        let costs = cost::Costs::open(config.costs_dir.as_deref());
+        let costs = crate::cost::Costs::open(config.costs_dir.as_deref());
         let cache = match config.cache {
             Some(storage) => Some(CacheHook::new(Arc::new(Storage::open(storage).await?))),
             None => None,
@@ -216,7 +215,15 @@ impl Server {
         let resumes = Arc::new(resume::Resumes::new());
         let mut hooks: Vec<Arc<dyn Hook<NetJob>>> = vec![Arc::new(resume::ResumeHook { resumes: resumes.clone() })];
         hooks.extend(cache.iter().map(|c| Arc::new(c.clone()) as Arc<dyn Hook<NetJob>>));
-        let scheduler = Scheduler::with_hooks(config.core, hooks);
+        // Each consumerd's window is `lookahead` times its share of the
+        // tokens, and what it sends past them waits on its route: the
+        // route's bound grows with it, or a build run ahead has its last
+        // units refused ("the route's queue is full") and compiled locally
+        // (181 of 5,000 in the farm's lan-64-lookahead, at 10 × 512 tokens).
+        let mut core = config.core;
+        core.max_queued_per_route =
+            (core.max_queued_per_route as f64 * config.lookahead.max(1.0)).ceil().min(usize::MAX as f64) as usize;
+        let scheduler = Scheduler::with_hooks(core, hooks);
         let lookahead = config.lookahead;
         let optimizer = match config.optimizer {
             Some(driver) => Some(
@@ -276,7 +283,7 @@ impl Server {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(addr = ?endpoint.local_addr().ok(), "scheduler listening");
-        let mut save_costs = tokio::time::interval(cost::SAVE_EVERY);
+        let mut save_costs = tokio::time::interval(crate::cost::SAVE_EVERY);
         save_costs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep = tokio::time::interval(resume::SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,16 +1,22 @@
-//! The scheduler's cost model ([`ccroute_core::cost::CostModel`]): each
-//! task is given its expected cost when it arrives, and each result that
-//! comes back from an agent teaches the model what the unit took. It is
-//! kept beside the result cache (`cost-model` in the cache's directory,
-//! whether the cache is on or not), written every [`SAVE_EVERY`] when it
-//! learnt something and when the scheduler stops, and read back when it
-//! starts, so a restarted scheduler knows the farm's units at once.
-//! Without a directory it lives in memory only.
+//! The cost model ([`ccroute_core::cost::CostModel`]) kept in a file.
+//!
+//! The scheduler gives each task its expected cost when it arrives, and
+//! each result that comes back from an agent teaches the model what the
+//! unit took. It is kept beside the result cache (`cost-model` in the
+//! cache's directory, whether the cache is on or not), written every
+//! [`SAVE_EVERY`] when it learnt something and when the scheduler stops,
+//! and read back when it starts, so a restarted scheduler knows the farm's
+//! units at once. Without a directory it lives in memory only.
 //!
 //! Agents' learnt speeds are kept the same way, by host name (`agent-speeds`
 //! beside the model, a line `SPEED HOST` each, thousandths of the nominal):
 //! an agent that comes back, or a restarted scheduler, places by its speed
 //! from its first task instead of learning it again.
+//!
+//! A consumerd keeps a model of its own ([`Costs::open_file`], without
+//! speeds), learnt from its results, to send the units it has waiting
+//! longest expected first (`consumerd/link.rs`): the scheduler can only
+//! order the units that reached it.
 //!
 //! A unit is named across builds by its toolchain, its working directory,
 //! its source path as the consumerd reports it, and its arguments without
@@ -53,6 +59,8 @@ pub(crate) struct Expected {
 pub(crate) struct Costs {
     model: Mutex<CostModel>,
     file: Option<PathBuf>,
+    /// Where speeds are kept; `None` for a model without them.
+    speeds_file: Option<PathBuf>,
     dirty: AtomicBool,
     /// Learnt speeds by host name, thousandths.
     speeds: Mutex<HashMap<String, u32>>,
@@ -63,6 +71,13 @@ impl Costs {
     /// memory only.
     pub(crate) fn open(dir: Option<&Path>) -> Costs {
         let file = dir.map(|d| d.join(FILE));
+        let speeds_file = file.as_ref().map(|f| f.with_file_name(SPEEDS_FILE));
+        Costs::open_file(file, speeds_file)
+    }
+
+    /// The model kept in `file` (read from it when there is one) and, with
+    /// `speeds_file`, agents' speeds there; in memory only without `file`.
+    pub(crate) fn open_file(file: Option<PathBuf>, speeds_file: Option<PathBuf>) -> Costs {
         let model = match &file {
             None => CostModel::new(CostModel::DEFAULT_CAPACITY),
             Some(f) => match std::fs::read(f) {
@@ -83,8 +98,8 @@ impl Costs {
                 }
             },
         };
-        let speeds = file.as_ref().map(|f| read_speeds(&f.with_file_name(SPEEDS_FILE))).unwrap_or_default();
-        Costs { model: Mutex::new(model), file, dirty: AtomicBool::new(false), speeds: Mutex::new(speeds) }
+        let speeds = speeds_file.as_deref().map(read_speeds).unwrap_or_default();
+        Costs { model: Mutex::new(model), file, speeds_file, dirty: AtomicBool::new(false), speeds: Mutex::new(speeds) }
     }
 
     /// The speed last learnt for `host`, thousandths.
@@ -111,10 +126,15 @@ impl Costs {
     /// not decode (the agent will say so).
     pub(crate) fn expect(&self, toolchain: ToolchainKey, spec: &[u8], bytes: usize) -> Option<Expected> {
         let spec = ccroute_wire::codec::decode_spec(spec).ok()?;
+        Some(self.expect_spec(toolchain, &spec, bytes))
+    }
+
+    /// As [`Costs::expect`], for a spec not encoded yet.
+    pub(crate) fn expect_spec(&self, toolchain: ToolchainKey, spec: &ccroute_wire::TaskSpec, bytes: usize) -> Expected {
         let unit = unit_key(toolchain, spec.cwd.as_deref().unwrap_or(""), &spec.input_path, &spec.args);
         let bytes = bytes as u64;
         let prediction = self.lock().predict(unit, toolchain, bytes);
-        Some(Expected { unit, toolchain, bytes, prediction })
+        Expected { unit, toolchain, bytes, prediction }
     }
 
     /// The task `e` was expected of took `took` on its agent.
@@ -147,8 +167,10 @@ impl Costs {
             let speeds = self.speeds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             speeds.iter().map(|(host, milli)| format!("{milli} {host}\n")).collect()
         };
-        let written = write_atomically(file, &bytes)
-            .and_then(|()| write_atomically(&file.with_file_name(SPEEDS_FILE), speeds.as_bytes()));
+        let written = write_atomically(file, &bytes).and_then(|()| match &self.speeds_file {
+            Some(f) => write_atomically(f, speeds.as_bytes()),
+            None => Ok(()),
+        });
         if let Err(e) = written {
             self.dirty.store(true, Ordering::Relaxed);
             tracing::warn!(file = %file.display(), error = %e, "cannot write the cost model (a restart will relearn it)");
@@ -257,6 +279,33 @@ mod tests {
         std::fs::write(dir.path().join(FILE), b"not a model").unwrap();
         let fresh = Costs::open(Some(dir.path()));
         assert_eq!(fresh.expect(tc, &spec, 1000).unwrap().prediction.basis, ccroute_core::cost::Basis::Cold);
+    }
+
+    #[test]
+    fn a_consumerds_model_is_kept_in_its_own_file_beside_the_schedulers() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ccroute_wire::TaskSpec {
+            args: args(&["-O2"]),
+            input_path: "a.c".into(),
+            cwd: None,
+            env: vec![],
+            inputs: None,
+        };
+        let tc = ToolchainKey(9);
+        let scheduler = Costs::open(Some(dir.path()));
+        scheduler.learnt_speed("host", 700);
+        scheduler.took(&scheduler.expect_spec(tc, &spec, 1000), Duration::from_millis(90));
+        scheduler.save();
+        let file = dir.path().join("consumerd-cost-model");
+        let consumerd = Costs::open_file(Some(file.clone()), None);
+        consumerd.took(&consumerd.expect_spec(tc, &spec, 1000), Duration::from_millis(250));
+        consumerd.save();
+        let again = Costs::open_file(Some(file), None);
+        assert_eq!(again.expect_spec(tc, &spec, 1000).prediction.micros, 250_000);
+        // The scheduler's model and speeds are as it left them.
+        let scheduler = Costs::open(Some(dir.path()));
+        assert_eq!(scheduler.expect_spec(tc, &spec, 1000).prediction.micros, 90_000);
+        assert_eq!(scheduler.speed_of("host"), Some(700));
     }
 
     #[test]
