@@ -312,10 +312,11 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         Scenario { rtt_us: 10_000, jitter_us: 1_000, rate_bps: 1_000_000_000, ..base("wan", 64, gen5k.clone(), 4.0) };
     let thin = Scenario { rate_bps: 100_000_000, ..base("thin", 64, gen5k.clone(), 4.0) };
     let mixed = Scenario { slow: 32, slow_speed: 0.4, ..base("mixed", 64, gen5k.clone(), 4.0) };
+    let lan256 = base("lan-256", 256, generated(traces, 20_000, 2), 16.0);
     vec![
         base("lan-8", 8, traces["libgit2"].clone(), 1.0),
         lan64.clone(),
-        base("lan-256", 256, generated(traces, 20_000, 2), 16.0),
+        lan256.clone(),
         wan.clone(),
         thin.clone(),
         mixed.clone(),
@@ -325,6 +326,7 @@ fn presets(traces: &BTreeMap<String, Trace>) -> Vec<Scenario> {
         base("lan-64-critical", 64, gen5k.in_critical_path_order(), 4.0),
         // The build's order kept, but run ahead.
         run_ahead(lan64, 10),
+        run_ahead(lan256, 10),
         run_ahead(wan, 10),
         run_ahead(thin, 10),
         run_ahead(mixed, 10),
