@@ -10,6 +10,9 @@
 //!                                          # the same farm with a placement policy off (or --longest-first on)
 //! FARM_PIN_SPEEDS=1 cargo bench --bench farm -- mixed
 //!                                          # each agent told its speed (--speed), not left to learn it
+//! FARM_SEND_IN_ORDER=1 cargo bench --bench farm -- lan-64-lookahead
+//!                                          # each build's link sends its waiting units in the order
+//!                                          # they came, not longest expected first
 //! FARM_AGENT_FLAGS=--no-speed-probe cargo bench --bench farm -- mixed
 //!                                          # extra flags for every agent: here, no speed measured at start
 //! FARM_COSTS=DIR cargo bench --bench farm -- mixed
@@ -189,7 +192,7 @@ fn relay_main(args: &[OsString]) -> Result<(), String> {
     relay::run(ip, upstream, &specs).map_err(|e| format!("relay: {e}"))
 }
 
-/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --local-slots L --dilate K --start-at NS --name S --out F [--costs F]`.
+/// `replay --scheduler A --tls-dir D --trace F --jobs N [--follow-window] --local-slots L --dilate K --start-at NS --name S --out F [--costs F] [--send-in-order]`.
 fn replay_main(args: &[OsString]) -> Result<(), String> {
     let a = strs(args);
     let get = |k: &str| {
@@ -206,6 +209,7 @@ fn replay_main(args: &[OsString]) -> Result<(), String> {
         start_at: get("--start-at")?.parse().map_err(|e| format!("--start-at: {e}"))?,
         name: get("--name")?,
         costs_file: get("--costs").ok().map(PathBuf::from),
+        send_in_order: a.iter().any(|x| x == "--send-in-order"),
     };
     let out = get("--out")?;
     logs();
@@ -1056,6 +1060,9 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
         ];
         if s.follow_window {
             args.push("--follow-window".into());
+        }
+        if std::env::var_os("FARM_SEND_IN_ORDER").is_some() {
+            args.push("--send-in-order".into());
         }
         clients.push((spawn_in(&net.hosts[host], &exe, &args, &w.join(format!("replay-{b}.log")), false)?, start_at));
     }

@@ -57,6 +57,8 @@ pub struct ReplayConfig {
     pub name: String,
     /// Where the link keeps its cost model across runs.
     pub costs_file: Option<PathBuf>,
+    /// The link sends its waiting tasks in the order they came.
+    pub send_in_order: bool,
 }
 
 /// One unit's outcome.
@@ -125,6 +127,7 @@ pub async fn run(config: ReplayConfig) -> Result<Vec<Answer>, String> {
     let mut link_config = LinkConfig::new(config.scheduler, identity);
     link_config.host_name.clone_from(&config.name);
     link_config.costs_file.clone_from(&config.costs_file);
+    link_config.longest_first = !config.send_in_order;
     let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
     let link = Link::start(link_config, Arc::new(Stats::default()), stop.clone(), &tasks);

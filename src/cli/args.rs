@@ -140,11 +140,12 @@ pub struct SchedulerArgs {
     /// Give each consumerd a remote window of this many times its fair
     /// share of the farm's tokens (at least 1). With more, its build runs
     /// ahead (`ccroute make` sizes its jobserver to the window) and the units
-    /// beyond the tokens wait at the scheduler, where --longest-first starts
-    /// the longest first; each waiting unit's text is held in
-    /// --payload-budget, which must hold about (lookahead - 1) × the farm's
-    /// tokens × a unit's compressed text, or units beyond it go back to be
-    /// compiled locally.
+    /// beyond the tokens wait at the scheduler (up to lookahead × 4096 a
+    /// route), where --longest-first starts the longest first (each
+    /// consumerd sends the units it has waiting longest expected first too);
+    /// each waiting unit's text is held in --payload-budget, which must hold
+    /// about (lookahead - 1) × the farm's tokens × a unit's compressed text,
+    /// or units beyond it go back to be compiled locally.
     #[arg(long, default_value_t = 1.0, value_parser = parse_lookahead)]
     pub lookahead: f64,
     /// Never copy a straggler. By default a task that runs past twice its
@@ -298,6 +299,13 @@ pub struct ConsumerdArgs {
     /// unless given): compiles by where they ran, slots, cache hits, bytes.
     #[arg(long, env = "CCROUTE_CONSUMERD_METRICS")]
     pub metrics: Option<String>,
+    /// Send the units waiting to go remote in the order they came. By
+    /// default the longest expected goes first, by a cost model of this
+    /// consumerd's own (`consumerd-cost-model` in its cache directory),
+    /// which matters when the build runs ahead of the farm (the scheduler's
+    /// --lookahead).
+    #[arg(long)]
+    pub send_in_order: bool,
 }
 
 /// `ccroute stats` and `ccroute cache clear`: the consumerd's cache.

@@ -351,6 +351,7 @@ async fn consumerd(a: ConsumerdArgs) -> Result<(), BoxError> {
                 Ok(identity) => Arc::new(crate::consumerd::link::Link::start(
                     crate::consumerd::link::LinkConfig {
                         costs_file,
+                        longest_first: !a.send_in_order,
                         ..crate::consumerd::link::LinkConfig::new(addr, identity)
                     },
                     daemon.stats(),

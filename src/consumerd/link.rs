@@ -96,6 +96,9 @@ pub struct LinkConfig {
     pub host_name: String,
     /// Where the link's cost model is kept across runs (`None`: in memory).
     pub costs_file: Option<PathBuf>,
+    /// Tasks waiting to be sent go longest expected first; off, in the
+    /// order they came.
+    pub longest_first: bool,
 }
 
 impl LinkConfig {
@@ -110,6 +113,7 @@ impl LinkConfig {
             node_id: crate::net::random_id(),
             host_name: crate::host::host_name(),
             costs_file: None,
+            longest_first: true,
         }
     }
 }
@@ -154,6 +158,8 @@ struct Inner {
     costs: Costs,
     /// Tasks waiting to be sent.
     order: SendOrder,
+    /// [`LinkConfig::longest_first`].
+    longest_first: bool,
 }
 
 /// The link; cheap to clone.
@@ -191,6 +197,7 @@ impl Link {
             stats: stats.clone(),
             costs: Costs::open_file(config.costs_file.clone(), None),
             order: SendOrder::default(),
+            longest_first: config.longest_first,
         });
         tasks.spawn(keep_costs(inner.clone(), shutdown.clone()));
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
@@ -302,7 +309,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
     }
     // Its turn to be sent, before the work of sending it (compressing).
     let expected = inner.costs.expect_spec(toolchain, &job.spec, job.text.len());
-    let turn = inner.order.turn(expected.prediction.micros).await;
+    let turn = inner.order.turn(inner.rank(&expected)).await;
     let spec = codec::encode_spec(&job.spec);
     let text = job.text;
     let large = text.len() >= BLOCKING_COMPRESS;
@@ -386,7 +393,7 @@ async fn compile_inputs(
         resumed: false,
     };
     let expected = inner.costs.expect_spec(twin, &inputs.spec, 0);
-    let turn = inner.order.turn(expected.prediction.micros).await;
+    let turn = inner.order.turn(inner.rank(&expected)).await;
     submit(inner, header, Bytes::new(), Some(inputs.sources.clone()), expected, turn).await
 }
 
@@ -429,6 +436,18 @@ async fn submit(
     registration.answered = true;
     inner.supply.forget(id);
     answer
+}
+
+impl Inner {
+    /// Where a task expected to cost `e` waits for its turn: by its cost,
+    /// or all equal (in the order they came).
+    fn rank(&self, e: &Expected) -> u64 {
+        if self.longest_first {
+            e.prediction.micros
+        } else {
+            0
+        }
+    }
 }
 
 /// Tasks waiting for their turn to be sent: at most [`SENDING_AT_ONCE`]
