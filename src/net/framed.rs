@@ -467,9 +467,26 @@ pub fn payload_deadline(len: u64) -> Duration {
 /// # Errors
 /// [`NetError::PayloadMismatch`], or the connection's or stream's failure.
 pub async fn send_on_new_stream(conn: &Connection, message: &Message, payload: Bytes) -> Result<(), NetError> {
+    send_on_new_stream_then(conn, message, payload, || {}).await
+}
+
+/// As [`send_on_new_stream`], calling `opened` once the stream is open
+/// (and so placed among the connection's streams: with fairness off, quinn
+/// sends their data in the order they were opened), before its bytes are
+/// written.
+///
+/// # Errors
+/// As [`send_on_new_stream`].
+pub async fn send_on_new_stream_then(
+    conn: &Connection,
+    message: &Message,
+    payload: Bytes,
+    opened: impl FnOnce(),
+) -> Result<(), NetError> {
     let peer = conn.remote_address();
     check_payload(peer, message, &payload)?;
     let mut send = conn.open_uni().await.map_err(|source| NetError::ConnectionLost { peer, source })?;
+    opened();
     // Below the control stream (priority 0): when both have data, quinn fills
     // packets with small messages first.
     let _ = send.set_priority(-1);
