@@ -255,16 +255,15 @@ mod tests {
         assert_ne!(unit_key(tc, "ab", "c", &[]), unit_key(tc, "a", "bc", &[]));
     }
 
+    /// `cc -O2 a.c`.
+    fn a_c() -> ccroute_wire::TaskSpec {
+        ccroute_wire::TaskSpec { args: args(&["-O2"]), input_path: "a.c".into(), cwd: None, env: vec![], inputs: None }
+    }
+
     #[test]
     fn the_model_is_kept_across_a_restart_in_the_cache_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = ccroute_wire::codec::encode_spec(&ccroute_wire::TaskSpec {
-            args: args(&["-O2"]),
-            input_path: "a.c".into(),
-            cwd: None,
-            env: vec![],
-            inputs: None,
-        });
+        let spec = ccroute_wire::codec::encode_spec(&a_c());
         let tc = ToolchainKey(9);
         let costs = Costs::open(Some(dir.path()));
         let e = costs.expect(tc, &spec, 1000).unwrap();
@@ -284,13 +283,7 @@ mod tests {
     #[test]
     fn a_consumerds_model_is_kept_in_its_own_file_beside_the_schedulers() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = ccroute_wire::TaskSpec {
-            args: args(&["-O2"]),
-            input_path: "a.c".into(),
-            cwd: None,
-            env: vec![],
-            inputs: None,
-        };
+        let spec = a_c();
         let tc = ToolchainKey(9);
         let scheduler = Costs::open(Some(dir.path()));
         scheduler.learnt_speed("host", 700);

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ccroute_wire::{
     cache_key, codec, payload, Cancel, Demand, Frame, HelloBody, Message, Outcome, PayloadInfo, ResultHeader,
-    RetryReason, Role, TaskHeader, Toolchain, ToolchainKey, ToolchainUpdate,
+    RetryReason, Role, TaskHeader, TaskSpec, Toolchain, ToolchainKey, ToolchainUpdate,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -202,7 +202,9 @@ impl Link {
             order: SendOrder::default(),
             longest_first: config.longest_first,
         });
-        tasks.spawn(keep_costs(inner.clone(), shutdown.clone()));
+        if config.costs_file.is_some() {
+            tasks.spawn(keep_costs(inner.clone(), shutdown.clone()));
+        }
         tasks.spawn(keep_connected(inner.clone(), config, stats, shutdown));
         Link { inner }
     }
@@ -311,8 +313,7 @@ async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, Remo
         }
     }
     // Its turn to be sent, before the work of sending it (compressing).
-    let expected = inner.costs.expect_spec(toolchain, &job.spec, job.text.len());
-    let turn = inner.order.turn(inner.rank(&expected)).await;
+    let (expected, turn) = inner.turn_for(toolchain, &job.spec, job.text.len()).await;
     let spec = codec::encode_spec(&job.spec);
     let text = job.text;
     let large = text.len() >= BLOCKING_COMPRESS;
@@ -395,8 +396,7 @@ async fn compile_inputs(
         origin: None,
         resumed: false,
     };
-    let expected = inner.costs.expect_spec(twin, &inputs.spec, 0);
-    let turn = inner.order.turn(inner.rank(&expected)).await;
+    let (expected, turn) = inner.turn_for(twin, &inputs.spec, 0).await;
     submit(inner, header, Bytes::new(), Some(inputs.sources.clone()), expected, turn).await
 }
 
@@ -440,6 +440,14 @@ async fn submit(
 }
 
 impl Inner {
+    /// What a task of `toolchain` with `spec` and a text of `bytes` is
+    /// expected to cost, and its turn to be sent, waited for.
+    async fn turn_for(&self, toolchain: ToolchainKey, spec: &TaskSpec, bytes: usize) -> (Expected, Turn<'_>) {
+        let expected = self.costs.expect_spec(toolchain, spec, bytes);
+        let turn = self.order.turn(self.rank(&expected)).await;
+        (expected, turn)
+    }
+
     /// Where a task expected to cost `e` waits for its turn: by its cost
     /// when its unit has a history here, else (or with the order off) with
     /// the tasks that came before it. A guess from the text's size does not
@@ -522,14 +530,16 @@ impl Drop for Turn<'_> {
 /// cancelled) is passed on.
 struct Queued<'a> {
     order: &'a SendOrder,
-    go: Option<oneshot::Receiver<()>>,
+    go: oneshot::Receiver<()>,
+    /// The wait ended: what it was handed is the task's.
+    ended: bool,
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        if let Some(mut go) = self.go.take() {
-            go.close();
-            if go.try_recv().is_ok() {
+        if !self.ended {
+            self.go.close();
+            if self.go.try_recv().is_ok() {
                 self.order.give_back();
             }
         }
@@ -551,13 +561,9 @@ impl SendOrder {
             s.waiting.push(Waiting { micros, arrived, go: tx });
             rx
         };
-        let mut queued = Queued { order: self, go: Some(go) };
-        let handed = match queued.go.as_mut() {
-            Some(go) => go.await.is_ok(),
-            None => false,
-        };
-        // Handed over: the turn is this task's now, not the wait's to pass on.
-        queued.go = None;
+        let mut queued = Queued { order: self, go, ended: false };
+        let handed = (&mut queued.go).await.is_ok();
+        queued.ended = true;
         // Not handed (never: a wait leaves the heap only to be handed a
         // turn): sent without one.
         Turn { order: self, held: handed }
@@ -908,7 +914,7 @@ mod tests {
 
     /// Takes every turn there is, so that the next ones wait.
     fn all_turns(order: &SendOrder) -> Vec<Turn<'_>> {
-        (0..SENDING_AT_ONCE).map(|_| Turn { order, held: true }).inspect(|_| lock(&order.state).sending += 1).collect()
+        (0..SENDING_AT_ONCE).map(|_| futures_poll(std::pin::pin!(order.turn(0))).expect("a turn is free")).collect()
     }
 
     #[tokio::test(flavor = "current_thread")]

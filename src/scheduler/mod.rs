@@ -221,8 +221,8 @@ impl Server {
         // units refused ("the route's queue is full") and compiled locally
         // (181 of 5,000 in the farm's lan-64-lookahead, at 10 × 512 tokens).
         let mut core = config.core;
-        core.max_queued_per_route =
-            (core.max_queued_per_route as f64 * config.lookahead.max(1.0)).ceil().min(usize::MAX as f64) as usize;
+        // (A float's cast to an integer saturates.)
+        core.max_queued_per_route = (core.max_queued_per_route as f64 * config.lookahead.max(1.0)).ceil() as usize;
         let scheduler = Scheduler::with_hooks(core, hooks);
         let lookahead = config.lookahead;
         let optimizer = match config.optimizer {
