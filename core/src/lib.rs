@@ -94,9 +94,13 @@ pub mod test_support {
         }
     }
 
-    /// A job whose tasks are their own expected cost, in microseconds.
+    /// A job whose tasks are their own expected cost, in microseconds
+    /// ([`UNKNOWN_COST`]: a task whose cost is not known).
     #[derive(Debug)]
     pub struct CostedJob;
+
+    /// A [`CostedJob`] task whose cost nothing tells.
+    pub const UNKNOWN_COST: u64 = u64::MAX;
 
     impl Job for CostedJob {
         type Task = u64;
@@ -105,7 +109,7 @@ pub mod test_support {
             TestJob::classify(ok)
         }
         fn expected_micros(task: &u64) -> Option<u64> {
-            Some(*task)
+            (*task != UNKNOWN_COST).then_some(*task)
         }
     }
 

@@ -54,7 +54,9 @@ pub trait Job: Send + Sync + Sized + 'static {
 
     /// What a task is expected to cost, microseconds of compile, when that
     /// is known: among one consumerd's waiting tasks the dearest go first
-    /// (see [`Config::longest_first`]). `None` ranks it with a unit of a second.
+    /// (see [`Config::longest_first`]). `None` ranks it with a unit of a
+    /// second, and never keeps it from a free token of a slower agent
+    /// ([`Config::speed_aware`]).
     fn expected_micros(_task: &Self::Task) -> Option<u64> {
         None
     }

@@ -38,7 +38,8 @@
 //!   for it instead; a slow agent serves the cheapest waiting tasks first
 //!   and a fast one the dearest. A task so kept waiting is a task a faster
 //!   agent's next free token serves: every token given back serves its
-//!   routes, as below.
+//!   routes, as below. A task whose cost is not known ([`Job::expected_micros`]
+//!   is `None`: a cold model's guess) is never kept waiting so.
 //!
 //! The protocol that no task waits while a token is free — the one loom
 //! checks — is a Dekker pair: a submitter *pushes, counts itself in
@@ -416,7 +417,8 @@ fn clearly_faster(a: u32, b: u32) -> bool {
 /// them has a free token, or the wait for their next one — the tasks
 /// waiting on the route, plus this one, at their rate of tasks (Σ tokens ×
 /// speed ÷ typical cost) — plus its cost at their best speed is less than
-/// its cost at `agent`'s.
+/// its cost at `agent`'s. A task whose cost is not known waits for none:
+/// it goes to a faster agent only if one has a free token.
 fn sooner_elsewhere<J: Job>(
     task: &Task<J>,
     agent: &AgentEntry<J>,
@@ -427,7 +429,6 @@ fn sooner_elsewhere<J: Job>(
     if !clearly_faster(route.fastest.load(Ordering::Relaxed), here_speed) {
         return false;
     }
-    let cost = J::expected_or_default(&task.body) as f64;
     // Tasks per microsecond the faster agents end, and their best speed.
     let (mut rate, mut best) = (0.0f64, 0u32);
     for other in agents {
@@ -443,6 +444,13 @@ fn sooner_elsewhere<J: Job>(
         rate += f64::from(limit) * f64::from(speed) / 1000.0 / typical;
         best = best.max(speed);
     }
+    // A task whose cost nothing tells (a cold model's guess) takes this
+    // token rather than wait for a faster agent's: against a guess, every
+    // task of a cold farm's first wave waited while the slower agents idled.
+    let Some(cost) = J::expected_micros(&task.body) else {
+        return false;
+    };
+    let cost = cost as f64;
     if best == 0 || rate <= 0.0 {
         return false;
     }

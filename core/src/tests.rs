@@ -13,7 +13,7 @@ use ccroute_wire::{RetryReason, ToolchainKey};
 use super::*;
 use crate::sync::Arc;
 
-pub(crate) use super::test_support::{peer, tc, CostedJob, FallibleJob, TestJob};
+pub(crate) use super::test_support::{peer, tc, CostedJob, FallibleJob, TestJob, UNKNOWN_COST};
 
 type S = Scheduler<TestJob>;
 
@@ -1001,6 +1001,44 @@ fn a_long_unit_waits_for_a_fast_agent_and_a_short_one_takes_the_slow_agent() {
     }
     let placed: Vec<u64> = costs_to(&mut slow).into_iter().chain(costs_to(&mut fast)).map(|t| t.1).collect();
     assert_eq!(placed.len(), 3, "nothing waits with the policy off");
+}
+
+#[test]
+fn a_unit_whose_cost_is_not_known_takes_a_free_slow_agent_rather_than_wait() {
+    // A cold farm's first wave: every prediction is the same guess. Held for
+    // the fast agents, the whole wave waited while the slow ones idled (the
+    // farm's mixed-critical took 1.07-1.09 × its bound, against 1.00 warm).
+    let s = speed_aware();
+    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
+    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 2);
+    slow.set_speed(250);
+    fast.set_speed(1000);
+    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
+    cd.submit(0, tc("gcc").key(), 100 * MS).unwrap();
+    cd.submit(1, tc("gcc").key(), 100 * MS).unwrap();
+    assert_eq!(costs_to(&mut fast).len(), 2);
+    // Not known: it takes one of the slow agent's free tokens at once.
+    cd.submit(2, tc("gcc").key(), UNKNOWN_COST).unwrap();
+    assert_eq!(costs_to(&mut slow).iter().map(|t| t.1).collect::<Vec<_>>(), [UNKNOWN_COST]);
+    assert_eq!(s.routes()[0].queued, 0);
+    // Known to cost a second (the guess's own figure): it waits for the fast
+    // agent, though the slow one has a free token.
+    cd.submit(3, tc("gcc").key(), 1000 * MS).unwrap();
+    assert!(costs_to(&mut slow).is_empty(), "a known second went to the slow agent");
+    assert_eq!(s.routes()[0].queued, 1);
+    // It waits for no busy agent, but a free token of a faster one is still
+    // its own, though the window it was placed through showed only slow agents.
+    let s = speed_aware();
+    let mut slow: Vec<_> = (0..crate::router::WINDOW as u128).map(|i| s.connect_agent(peer(i), &[tc("gcc")], 1)).collect();
+    for a in &mut slow {
+        a.set_speed(250);
+    }
+    let mut fast = s.connect_agent(peer(100), &[tc("gcc")], 1);
+    fast.set_speed(1000);
+    let mut cd = s.connect_consumerd(peer(101), &[tc("gcc")]);
+    cd.submit(0, tc("gcc").key(), UNKNOWN_COST).unwrap();
+    assert_eq!(costs_to(&mut fast).len(), 1, "a free fast token went unused");
+    assert!(slow.iter_mut().all(|a| costs_to(a).is_empty()));
 }
 
 #[test]

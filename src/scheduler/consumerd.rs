@@ -218,6 +218,12 @@ async fn on_frame(
                 CacheLookup::Hit(_) => None,
                 _ => state.costs.expect(header.toolchain, &header.spec, frame.payload.len()),
             };
+            tracing::trace!(
+                task = header.task_id,
+                bytes = frame.payload.len(),
+                expected = ?expected.as_ref().map(|e| (e.prediction.micros, e.prediction.basis)),
+                "task received"
+            );
             let body = TaskBody { origin, expected, ..TaskBody::new(header, frame.payload, reservation, lookup) };
             submit(session, writer, body).await
         }

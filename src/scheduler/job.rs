@@ -12,6 +12,7 @@ use bytes::Bytes;
 use ccroute_wire::{Outcome, ResultHeader, TaskHeader};
 
 use super::budget::Reservation;
+use ccroute_core::cost::Basis;
 use ccroute_core::{AnswerKind, Job};
 
 /// The networked scheduler's [`Job`].
@@ -80,7 +81,9 @@ impl Job for NetJob {
         }
     }
 
+    /// A cold model's prediction is no knowledge: the core places such a
+    /// task on any free token rather than hold it for a faster agent.
     fn expected_micros(task: &TaskBody) -> Option<u64> {
-        task.expected.map(|e| e.prediction.micros)
+        task.expected.filter(|e| e.prediction.basis != Basis::Cold).map(|e| e.prediction.micros)
     }
 }
