@@ -1029,7 +1029,8 @@ fn a_unit_whose_cost_is_not_known_takes_a_free_slow_agent_rather_than_wait() {
     // It waits for no busy agent, but a free token of a faster one is still
     // its own, though the window it was placed through showed only slow agents.
     let s = speed_aware();
-    let mut slow: Vec<_> = (0..crate::router::WINDOW as u128).map(|i| s.connect_agent(peer(i), &[tc("gcc")], 1)).collect();
+    let mut slow: Vec<_> =
+        (0..crate::router::WINDOW as u128).map(|i| s.connect_agent(peer(i), &[tc("gcc")], 1)).collect();
     for a in &mut slow {
         a.set_speed(250);
     }
