@@ -48,7 +48,9 @@
 //! consumerd's control stream keeps the capacity its window let it reach):
 //! 1.29 against 1.37-1.38, but the farm's `lan-256` at 1.399 and 1.412 ×
 //! its bound against 1.361 with 4 MiB (1.323 in FARM.md), its dispatch
-//! p50 196-271 ms against 106;
+//! p50 196-271 ms against 106; fewer arenas (`MALLOC_ARENA_MAX=1` and `2`
+//! in the scheduler's environment): 1.34 and 1.33 against 1.37 the same
+//! hour at cf05c63, its anonymous memory 15 s after 5.8 and 5.7 MiB (idle 2.0);
 //! what a daemon keeps on purpose (the result cache's memory tier, bounded
 //! by `--cache-memory`; an agent's results kept for re-delivery, bounded by
 //! `agent::work::HELD_MAX_BYTES`).
