@@ -965,19 +965,26 @@ fn speed_aware_placement_takes_the_fastest_free_agent_before_the_least_loaded() 
     assert_eq!((costs_to(&mut a).len(), costs_to(&mut b).len()), (2, 2));
 }
 
-#[test]
-fn a_long_unit_waits_for_a_fast_agent_and_a_short_one_takes_the_slow_agent() {
-    let s = speed_aware();
-    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
+/// A slow agent (a quarter speed) and a fast one, two tokens each, the
+/// fast one's both taken by units of 100 ms (returned).
+type SlowFast = (AgentSession<CostedJob>, AgentSession<CostedJob>, ConsumerdSession<CostedJob>);
+fn fast_agent_busy(s: &Scheduler<CostedJob>) -> (SlowFast, Vec<(TaskId, u64)>) {
+    let slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
     let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 2);
     slow.set_speed(250);
     fast.set_speed(1000);
     let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
-    // The fast agent's two tokens: two units of 100 ms.
     cd.submit(0, tc("gcc").key(), 100 * MS).unwrap();
     cd.submit(1, tc("gcc").key(), 100 * MS).unwrap();
     let on_fast = costs_to(&mut fast);
     assert_eq!(on_fast.len(), 2);
+    ((slow, fast, cd), on_fast)
+}
+
+#[test]
+fn a_long_unit_waits_for_a_fast_agent_and_a_short_one_takes_the_slow_agent() {
+    let s = speed_aware();
+    let ((mut slow, mut fast, mut cd), on_fast) = fast_agent_busy(&s);
     // An 8 s unit: 32 s on the slow agent; on the fast one after a wait of
     // about 50 ms. It waits, though the slow agent has two free tokens.
     cd.submit(2, tc("gcc").key(), 8000 * MS).unwrap();
@@ -1009,14 +1016,7 @@ fn a_unit_whose_cost_is_not_known_takes_a_free_slow_agent_rather_than_wait() {
     // the fast agents, the whole wave waited while the slow ones idled (the
     // farm's mixed-critical took 1.07-1.09 × its bound, against 1.00 warm).
     let s = speed_aware();
-    let mut slow = s.connect_agent(peer(1), &[tc("gcc")], 2);
-    let mut fast = s.connect_agent(peer(2), &[tc("gcc")], 2);
-    slow.set_speed(250);
-    fast.set_speed(1000);
-    let mut cd = s.connect_consumerd(peer(3), &[tc("gcc")]);
-    cd.submit(0, tc("gcc").key(), 100 * MS).unwrap();
-    cd.submit(1, tc("gcc").key(), 100 * MS).unwrap();
-    assert_eq!(costs_to(&mut fast).len(), 2);
+    let ((mut slow, _fast, mut cd), _) = fast_agent_busy(&s);
     // Not known: it takes one of the slow agent's free tokens at once.
     cd.submit(2, tc("gcc").key(), UNKNOWN_COST).unwrap();
     assert_eq!(costs_to(&mut slow).iter().map(|t| t.1).collect::<Vec<_>>(), [UNKNOWN_COST]);
