@@ -830,8 +830,10 @@ fn agents_joined(s: &serde_json::Value) -> usize {
     s["agents"].as_array().map_or(0, Vec::len)
 }
 
+/// Results the agents returned that answered their task, over every
+/// session (an agent that reconnected during the build keeps its count).
 fn agents_completed(s: &serde_json::Value) -> u64 {
-    agents_sum(s, "completed")
+    s["totals"]["agent_results"].as_u64().unwrap_or(0)
 }
 
 /// A counter of the status's agents, summed.
@@ -1127,7 +1129,7 @@ fn run_farm(s: &Scenario) -> Result<Figures, String> {
         let answers: Vec<replay::Answer> = text.lines().filter_map(replay::Answer::parse).collect();
         builds.push(report::Build::of(trace, &answers, clients[b].1, s.dilate));
     }
-    let completed = agents_completed(&after) - agents_completed(&before);
+    let completed = agents_completed(&after).saturating_sub(agents_completed(&before));
     let requeued = after["totals"]["requeued"].as_u64().unwrap_or(0);
     let figures = Figures::of(
         s,

@@ -58,6 +58,13 @@ pub(crate) struct AgentCounters {
     pub(crate) copies_won: Counter,
 }
 
+impl AgentCounters {
+    /// Its results that answered their task.
+    pub(crate) fn results(&self) -> u64 {
+        self.completed.get() + self.failed.get()
+    }
+}
+
 /// What one consumerd got.
 #[derive(Debug, Default)]
 pub(crate) struct ConsumerdCounters {
@@ -79,6 +86,8 @@ pub(crate) struct Retired {
     intercepted: AtomicU64,
     cancelled: AtomicU64,
     requeued: AtomicU64,
+    /// Results of agents' ended sessions that answered their task.
+    agent_results: AtomicU64,
     /// Tokens leaving agents' sessions ended without (`Config::token_wait`).
     leaked_tokens: AtomicU64,
 }
@@ -95,6 +104,7 @@ impl Retired {
 
     pub(crate) fn add_agent(&self, c: &AgentCounters) {
         self.requeued.fetch_add(c.lost.get(), Ordering::Relaxed);
+        self.agent_results.fetch_add(c.results(), Ordering::Relaxed);
     }
 
     /// Not under loom, whose models never wait long enough to give up.
@@ -117,6 +127,7 @@ impl Retired {
             cancelled: self.cancelled.load(Ordering::Relaxed),
             requeued: self.requeued.load(Ordering::Relaxed),
             adopted: 0,
+            agent_results: self.agent_results.load(Ordering::Relaxed),
         }
     }
 }

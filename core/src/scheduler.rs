@@ -159,6 +159,7 @@ impl<J: Job> Scheduler<J> {
         }
         for a in self.core.agents.values() {
             t.requeued += a.counters.lost.get();
+            t.agent_results += a.counters.results();
         }
         t
     }

@@ -634,6 +634,7 @@ fn b12_b16_counters_add_up() {
     assert_eq!(a.len() as u64, t.requests - t.cancelled);
     let ag = &s.agents()[0];
     assert_eq!((ag.completed, ag.failed), (t.completed, t.failed), "both sides count the same answers");
+    assert_eq!(t.agent_results, t.completed + t.failed, "the agents' results, totalled");
     drop(cd);
     drop(agent);
     assert_eq!(s.totals(), t, "retired peers keep their counts");

@@ -249,8 +249,8 @@ pub fn render(r: &StatusReport) -> String {
     let t = &r.totals;
     let _ = writeln!(
         out,
-        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again, {} adopted from the agent holding them (after a restart or a cut)",
-        t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued, t.adopted
+        "\ntotals: {} requests, {} completed, {} failed, {} sent back to run locally, {} answered by the cache, {} cancelled, {} placed again, {} adopted from the agent holding them (after a restart or a cut); {} results from agents",
+        t.requests, t.completed, t.failed, t.retried, t.intercepted, t.cancelled, t.requeued, t.adopted, t.agent_results
     );
     if let Some(cache) = &r.cache {
         let _ = writeln!(

@@ -592,6 +592,11 @@ pub struct Totals {
     /// back from a cut held and that run as their copy (also counted as
     /// completed or failed when they answered).
     pub adopted: u64,
+    /// Results agents returned that answered their task (the agents'
+    /// `completed` + `failed`, over every session, ended ones included: an
+    /// agent that reconnected keeps what it returned before). Equals
+    /// `completed + failed` once every answer has been delivered.
+    pub agent_results: u64,
 }
 
 /// The result cache in a [`StatusReport`].
