@@ -245,7 +245,16 @@ impl Drop for Registration {
         if lock(&self.inner.pending).remove(&self.id).is_some() {
             if let Some(conn) = lock(&self.inner.current).clone() {
                 let cancel = Message::Cancel(Cancel { task_id: self.id });
-                let _ = conn.writer.try_send(net::Outgoing::Frame { message: cancel, payload: Bytes::new() });
+                let queued =
+                    conn.writer.try_send(net::Outgoing::Frame { message: cancel.clone(), payload: Bytes::new() });
+                // A full queue (a backlog of tasks waiting to go) must not
+                // lose the cancel: its agent would compile on, its token held.
+                if let (Err(net::TrySendError::Full(_)), Ok(runtime)) = (queued, tokio::runtime::Handle::try_current())
+                {
+                    runtime.spawn(async move {
+                        let _ = conn.writer.send(cancel, Bytes::new()).await;
+                    });
+                }
             }
         }
     }
@@ -430,8 +439,11 @@ async fn submit(
     let counter = if header.inputs { &inner.stats.inputs_task_bytes } else { &inner.stats.text_task_bytes };
     // Relaxed: a display counter.
     counter.fetch_add(bytes, Ordering::Relaxed);
-    if let Err(e) = send_task(&conn, header, packed, Some(turn)).await {
-        return Err(RemoteError::Send(e));
+    match send_task(&conn, header, packed, Some(turn)).await {
+        // The scheduler read its header and stopped its text's stream: its
+        // answer (from the cache, over budget) comes all the same.
+        Ok(()) | Err(NetError::Stopped { .. }) => {}
+        Err(e) => return Err(RemoteError::Send(e)),
     }
     let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
@@ -633,21 +645,33 @@ fn fail_pending(inner: &Inner) {
     }
 }
 
-/// Sends every task in flight again on a new connection, marked resumed.
-async fn resend_pending(inner: &Inner, conn: &Connected) {
-    let again: Vec<(TaskHeader, Bytes)> = lock(&inner.pending)
+/// The tasks in flight, marked resumed, to send again on a new connection:
+/// taken before the connection is published, so that a task registered
+/// after it (sent on the new connection by its own job) is not sent twice.
+fn in_flight_again(inner: &Inner) -> Vec<(TaskHeader, Bytes)> {
+    lock(&inner.pending)
         .values()
         .map(|p| (TaskHeader { resumed: true, ..p.header.clone() }, p.payload.clone()))
-        .collect();
+        .collect()
+}
+
+/// Sends `again` ([`in_flight_again`]) on `conn`.
+async fn resend(conn: &Connected, again: Vec<(TaskHeader, Bytes)>) {
     if again.is_empty() {
         return;
     }
     tracing::info!(tasks = again.len(), "sending the tasks in flight again to the scheduler");
     for (header, payload) in again {
         // Sent again without a turn: they were sent once, and come first.
-        if let Err(e) = send_task(conn, header, payload, None).await {
-            tracing::debug!(error = %e, "a task could not be sent again");
-            return;
+        match send_task(conn, header, payload, None).await {
+            // Its text's stream stopped: answered without it, as a first send.
+            Ok(()) | Err(NetError::Stopped { .. }) => {}
+            Err(e) => {
+                // The connection is failing: its end sends them again, or
+                // its grace ends them.
+                tracing::debug!(error = %e, "a task could not be sent again");
+                return;
+            }
         }
     }
 }
@@ -733,10 +757,25 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 last_error = None;
                 grace = None;
                 let connected = Instant::now();
-                resend_pending(&inner, &conn).await;
-                inner.window.send_replace(welcome_limit);
+                let again = in_flight_again(&inner);
+                *lock(&inner.current) = Some(conn.clone());
+                // Answers are read while the tasks in flight are sent again
+                // (thousands of them may answer at once, from the cache); new
+                // jobs wait until they are sent, unless a limit came meanwhile.
+                let resending = async {
+                    resend(&conn, again).await;
+                    inner.window.send_if_modified(|w| {
+                        let opened = *w == 0;
+                        if opened {
+                            *w = welcome_limit;
+                        }
+                        opened
+                    });
+                    std::future::pending::<()>().await
+                };
                 tokio::select! {
                     () = serve(&inner, &conn, reader, &stats) => {}
+                    () = resending => {}
                     () = shutdown.cancelled() => {}
                 }
                 // Why it ended, before our own close below overwrites it.
@@ -770,6 +809,8 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                         error = %e,
                         "the scheduler will never admit this consumerd; compiling everything locally until it is restarted: {what_to_do}"
                     );
+                    // Nor will it answer what was in flight: compiled here now.
+                    fail_pending(&inner);
                     shutdown.cancelled().await;
                     return;
                 }
@@ -815,9 +856,8 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
         announced.clear();
         announced.extend(keys);
     }
-    let connected = Arc::new(Connected { conn, writer });
-    *lock(&inner.current) = Some(connected.clone());
-    Ok((connected, reader, welcome.limit))
+    // Published by the caller, once it has taken the tasks to send again.
+    Ok((Arc::new(Connected { conn, writer }), reader, welcome.limit))
 }
 
 /// Reads answers and limits until the connection ends; reports demand.
@@ -1005,5 +1045,62 @@ mod tests {
         let own = to_compiled(failed("t.c:1:25: error: expected ';' before '}' token\n"), &[]).unwrap();
         assert_eq!(own.exit_status, 1);
         assert!(String::from_utf8_lossy(&own.parts.stderr).contains("expected ';'"));
+    }
+
+    /// A large unit the scheduler answers from its cache has its text's
+    /// stream stopped unread, while the link is still writing it; the
+    /// answer comes on the control stream all the same and is the job's
+    /// (the job failed with "sending the task failed" before, its answer
+    /// dropped, and compiled again).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_unit_answered_from_the_cache_before_its_text_was_read_gets_that_answer() {
+        use crate::cluster::{ClusterConfig, LocalCluster};
+        let cache = tempfile::tempdir().unwrap();
+        let cluster = LocalCluster::start(ClusterConfig {
+            agents: 1,
+            agent_jobs: 2,
+            discover: false,
+            test_toolchain: true,
+            cache_dir: Some(cache.path().to_path_buf()),
+            tune_agents: false,
+            consumerd: false,
+            ..ClusterConfig::default()
+        })
+        .await
+        .unwrap();
+        let link = cluster.link(Arc::new(Stats::default())).unwrap();
+        let mut window = link.window();
+        tokio::time::timeout(Duration::from_secs(60), window.wait_for(|w| *w > 0)).await.unwrap().unwrap();
+        // Incompressible, and three times the scheduler's stream window: its
+        // stream cannot be written whole before the scheduler reads it.
+        let window_bytes = TransportOptions::default().stream_receive_window as usize;
+        let mut text = vec![0u8; 3 * window_bytes];
+        crate::agent::executor::replay::fill_noise(&mut text, 7);
+        let text = Bytes::from(text);
+        let job = || RemoteJob {
+            compiler: "/usr/bin/ccroute-test".into(),
+            toolchain: Arc::new(crate::toolchain::test_toolchain()),
+            package: None,
+            spec: TaskSpec { args: vec![], input_path: "big.c".into(), cwd: None, env: vec![], inputs: None },
+            text: text.clone(),
+            cacheable: true,
+            inputs: None,
+        };
+        let first = link.compile(job()).await.unwrap();
+        assert!(!first.cached);
+        // The cache stores the result as it answers; the same unit again
+        // until it is a hit (each an answer, never a failed send).
+        let mut hit = None;
+        for _ in 0..50 {
+            let again = link.compile(job()).await.unwrap_or_else(|e| panic!("the same unit again: {e}"));
+            if again.cached {
+                hit = Some(again);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let hit = hit.expect("the cache answered the same unit");
+        assert_eq!(hit.parts.object, first.parts.object);
+        cluster.shutdown().await;
     }
 }
