@@ -66,8 +66,6 @@ struct Running {
     toolchain: ToolchainKey,
     /// Dropped by the scheduler: its result goes nowhere.
     dropped: bool,
-    /// When it arrived.
-    since: Instant,
 }
 
 /// A finished result kept for a scheduler to adopt.
@@ -169,18 +167,16 @@ impl Work {
         };
         let executor = self.executor.clone();
         let token = cancel.clone();
+        let began = Instant::now();
         let handle = self.compiles.spawn(async move {
-            let result = executor.run(task, token).await;
+            let mut result = executor.run(task, token).await;
+            // Timed as it ends: it may be collected much later (while no
+            // scheduler is connected), and the wait is not the unit's cost.
+            result.header.wall_us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
             (result.header, result.object)
         });
         self.ids.insert(handle.id(), id);
-        let running = Running {
-            cancel,
-            origin: header.origin,
-            toolchain: header.toolchain,
-            dropped: false,
-            since: Instant::now(),
-        };
+        let running = Running { cancel, origin: header.origin, toolchain: header.toolchain, dropped: false };
         self.running.insert(id, running);
         None
     }
@@ -240,7 +236,6 @@ impl Work {
             return None;
         }
         header.task_id = id;
-        header.wall_us = u64::try_from(running.since.elapsed().as_micros()).unwrap_or(u64::MAX);
         let (header, object) = fit_the_wire(header, object);
         if id & ResumedTask::HANDLE_BIT != 0 {
             // Finished while no scheduler had it: kept for one to adopt.
@@ -552,6 +547,25 @@ mod tests {
         assert_eq!(answers.len(), 1, "{answers:?}");
         assert_eq!((answers[0].0.task_id, &answers[0].0.outcome), (5, &Outcome::Success));
         assert_eq!(work.running(), 0);
+    }
+
+    /// A result collected long after its compile ended (its agent was
+    /// redialling a scheduler meanwhile) says how long the compile took,
+    /// not how long it waited to be collected: that time teaches the
+    /// scheduler the unit's cost and the agent's speed.
+    #[tokio::test]
+    async fn a_result_collected_late_is_timed_by_its_compile() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let (task, source) = sleeper(5, 10);
+        assert!(work.start(task, source, None).is_none());
+        // Far longer than the compile (10 ms) can take, even on a loaded machine.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let answers = every_answer(&mut work).await;
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        let wall = Duration::from_micros(answers[0].0.wall_us);
+        assert!(wall >= Duration::from_millis(10), "shorter than the compile: {wall:?}");
+        assert!(wall < Duration::from_secs(2), "the wait to be collected counted: {wall:?}");
     }
 
     /// An adoption under an id whose older, replaced run still compiles
