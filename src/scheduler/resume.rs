@@ -329,30 +329,70 @@ impl Resumes {
         take_newest(e)
     }
 
-    fn adopt(&self, (origin, mut held, mut holder): Adoption) {
+    fn adopt(&self, (origin, held, holder): Adoption) {
+        self.adopt_by(origin, held, holder);
+    }
+
+    /// [`Resumes::adopt`], for any task that can be adopted.
+    fn adopt_by<A: Adopt>(&self, origin: Origin, mut held: A, mut holder: Holder) {
+        // Holders that could not adopt it: they still hold the run, and go
+        // back to the table to be dropped at their agent's window.
+        let mut refused = Vec::new();
         loop {
-            match held.adopt(holder.0, holder.1) {
+            match held.adopt(holder) {
                 Ok(true) => {
                     self.adopted.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    break;
                 }
-                Ok(false) => return,
+                Ok(false) => break,
                 // The agent left (its session placed what it held) or has no
                 // token reserved for it: another holder, or placed like any
                 // other task.
                 Err(back) => {
                     held = back;
+                    refused.push(holder);
                     match self.claim(origin) {
                         Some(next) => holder = next,
                         None => {
                             self.placed.fetch_add(1, Ordering::Relaxed);
                             held.proceed();
-                            return;
+                            break;
                         }
                     }
                 }
             }
         }
+        if !refused.is_empty() {
+            match self.slots.entry(origin) {
+                Entry::Occupied(mut e) => {
+                    if let Slot::Announced(holders) = e.get_mut() {
+                        holders.extend(refused);
+                    }
+                }
+                Entry::Vacant(e) => {
+                    e.insert(Slot::Announced(refused));
+                }
+            }
+        }
+    }
+}
+
+/// A resumed task an agent's held run may be adopted as.
+trait Adopt: Sized {
+    /// Adopted by `holder` (`Ok(false)`: it ended meanwhile); `Err` gives it
+    /// back when that agent cannot (gone, or no token reserved).
+    fn adopt(self, holder: Holder) -> Result<bool, Self>;
+    /// Placed like any task.
+    fn proceed(self);
+}
+
+impl Adopt for Interception<NetJob> {
+    fn adopt(self, (agent, handle): Holder) -> Result<bool, Self> {
+        Interception::adopt(self, agent, handle)
+    }
+
+    fn proceed(self) {
+        Interception::proceed(self);
     }
 }
 
@@ -533,5 +573,38 @@ mod tests {
         assert_eq!(table.claim(task), Some((AgentId(5), 1)));
         assert_eq!(table.claim(task), None);
         assert_eq!(table.unclaimed(AgentId(5), &holding(1, task)), Vec::<u64>::new());
+    }
+
+    /// A task whose adoption its holders refuse, one by one.
+    struct Refused(std::rc::Rc<std::cell::Cell<bool>>);
+
+    impl Adopt for Refused {
+        fn adopt(self, _: Holder) -> Result<bool, Self> {
+            Err(self)
+        }
+
+        fn proceed(self) {
+            self.0.set(true);
+        }
+    }
+
+    /// An agent that holds more runs than it had tokens to reserve cannot
+    /// adopt the rest: each such task is placed anew, and the run its agent
+    /// holds is still dropped at the agent's window (it was forgotten: the
+    /// agent compiled on without a token, and kept the result).
+    #[test]
+    fn a_run_whose_agent_could_not_adopt_it_is_still_dropped_at_its_window() {
+        let table = Resumes::new();
+        let task = Origin { consumerd: 1, task_id: 7 };
+        let (a, b) = (AgentId(5), AgentId(6));
+        table.announce(a, &holding(1, task));
+        table.announce(b, &holding(2, task));
+        let placed = std::rc::Rc::new(std::cell::Cell::new(false));
+        let first = table.claim(task).expect("a holder");
+        table.adopt_by(task, Refused(placed.clone()), first);
+        assert!(placed.get(), "placed like any task once no holder could adopt it");
+        assert_eq!(table.unclaimed(a, &holding(1, task)), vec![1]);
+        assert_eq!(table.unclaimed(b, &holding(2, task)), vec![2]);
+        assert!(table.slots.is_empty());
     }
 }
