@@ -674,3 +674,27 @@ fn a_consumerd_leaving_frees_the_agents_it_was_using() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A cancel that overtakes its task (a large text travels on a stream of
+/// its own, the cancel on the control stream) drops the task when it comes:
+/// no agent compiles it, nothing answers it; the next task is served.
+#[test]
+fn a_task_whose_cancel_came_first_is_not_compiled() {
+    use common::raw::{spec, RawConsumerd};
+    let mut c = Cluster::new();
+    let addr = c.start_scheduler(&["--no-cache"]);
+    c.start_agent(&["--test-toolchain", "--no-discover"]);
+    c.wait_ready(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut cd = RawConsumerd::connect(&c.tls, addr).await;
+        cd.cancel(1).await;
+        cd.send(1, &spec(0), b"int cancelled(void);\n", None).await;
+        cd.send(2, &spec(0), b"int wanted(void);\n", None).await;
+        let (h, _) = cd.result().await;
+        assert_eq!((h.task_id, &h.outcome), (2, &Outcome::Success), "the cancelled task was answered: {h:?}");
+    });
+    let s = c.status();
+    assert_eq!(s["totals"]["agent_results"], 1, "an agent compiled the cancelled task: {s}");
+    assert_eq!(s["totals"]["requests"], 1, "{s}");
+}

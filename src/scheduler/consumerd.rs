@@ -40,6 +40,43 @@ const LIMIT_CHECK: Duration = Duration::from_millis(100);
 /// can be shipped them to attach (see `shipping::Shipping::wait_attached`).
 const ATTACH_WAIT: Duration = Duration::from_millis(250);
 
+/// Cancels of tasks not seen yet remembered per consumerd, at most.
+const EARLY_CANCELS: usize = 4096;
+
+/// Cancels that came before their task: a task with a large text travels
+/// on a stream of its own, which its cancel, on the control stream, can
+/// overtake. Task ids are never reused on a connection, so a task named
+/// here is dropped when it comes (placed, it would hold an agent's token
+/// for a compile nobody waits for). The oldest are forgotten past
+/// [`EARLY_CANCELS`].
+#[derive(Debug, Default)]
+struct EarlyCancels {
+    ids: std::collections::HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl EarlyCancels {
+    fn add(&mut self, id: u64) {
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > EARLY_CANCELS {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    /// Whether task `id` was cancelled before it came (forgotten here then).
+    fn take(&mut self, id: u64) -> bool {
+        if !self.ids.remove(&id) {
+            return false;
+        }
+        self.order.retain(|&x| x != id);
+        true
+    }
+}
+
 /// Serves one consumerd until its connection ends.
 pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hello: Hello, hs: ServerHandshake) {
     let scheduler = &state.scheduler;
@@ -95,6 +132,7 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
     // of this session running again elsewhere takes one as its copy.
     let mut held_runs = state.resumes.consumerd_joined(node.0, node.1 as u64);
     let mut senders = JoinSet::new();
+    let mut early = EarlyCancels::default();
     let mut check = tokio::time::interval(LIMIT_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome: super::SessionOutcome = loop {
@@ -111,9 +149,12 @@ pub(crate) async fn serve(state: Arc<ServerState>, conn: quinn::Connection, hell
                             state.shipping.wait_attached(&arch, generation, ATTACH_WAIT).await;
                         }
                     }
-                    if let Err(why) = on_frame(&state, &share, &mut session, &writer, frame, ticket, node).await {
+                    if let Err(why) = on_frame(&state, (&share, &mut early), &mut session, &writer, frame, ticket, node).await {
                         break Err(why);
                     }
+                }
+                Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(_) }) if early.take(t.task_id) => {
+                    tracing::debug!(task = t.task_id, "a task cancelled before it came: dropped");
                 }
                 Some(Inbound::Frame { message: Message::Task(t), payload: None, ticket: Ticket::Hit(hit) }) => {
                     // Through the core like any task (counted, and answered by the cache hook).
@@ -189,7 +230,7 @@ async fn over_budget(state: &ServerState, writer: &FrameWriter, task_id: u64) ->
 /// One frame from the consumerd. `Err` is a protocol violation.
 async fn on_frame(
     state: &ServerState,
-    share: &Share,
+    (share, early): (&Share, &mut EarlyCancels),
     session: &mut ConsumerdSession<NetJob>,
     writer: &FrameWriter,
     frame: Frame,
@@ -197,6 +238,11 @@ async fn on_frame(
     origin: super::shipping::SessionKey,
 ) -> super::SessionOutcome {
     match frame.message {
+        // Its reservation, if any, goes with the ticket.
+        Message::Task(header) if early.take(header.task_id) => {
+            tracing::debug!(task = header.task_id, "a task cancelled before it came: dropped");
+            Ok(())
+        }
         Message::Task(header) => {
             let (reservation, lookup) = match ticket {
                 Ticket::Reserved(mut r, lookup) => {
@@ -228,7 +274,9 @@ async fn on_frame(
             submit(session, writer, body).await
         }
         Message::Cancel(c) => {
-            session.cancel(c.task_id);
+            if !session.cancel(c.task_id) {
+                early.add(c.task_id);
+            }
             Ok(())
         }
         Message::ToolchainUpdate(u) => {

@@ -246,6 +246,13 @@ impl RawConsumerd {
     pub async fn result(&mut self) -> (ResultHeader, Vec<u8>) {
         next_result(&mut self.reader, &mut self.uni).await
     }
+
+    /// Cancels task `id` (on the control stream).
+    #[allow(dead_code)] // not every test file that includes this module cancels
+    pub async fn cancel(&self, id: u64) {
+        let cancel = Message::Cancel(ccroute_wire::Cancel { task_id: id });
+        self.writer.send(cancel, Bytes::new()).await.unwrap();
+    }
 }
 
 /// Answers `task_id` with a result declaring a `size`-byte object on a
