@@ -346,7 +346,7 @@ impl Work {
             self.running.insert(handle, r);
         }
         while let Some(sent) = self.recent.pop_front() {
-            self.recent_bytes -= sent.object.len();
+            self.recent_bytes -= kept_bytes(&sent.header, &sent.object);
             if self.in_doubt(sent.at) {
                 let handle = self.new_handle();
                 self.hold(handle, sent.origin, sent.toolchain, sent.header, sent.object, sent.at);
@@ -420,21 +420,22 @@ impl Work {
         object: Bytes,
         since: Instant,
     ) {
-        if self.held_bytes + object.len() > HELD_MAX_BYTES {
+        let bytes = kept_bytes(&header, &object);
+        if self.held_bytes + bytes > HELD_MAX_BYTES {
             tracing::warn!(
-                bytes = object.len(),
+                bytes,
                 held = self.held_bytes,
                 "a result no scheduler took is not kept: past the bound of kept results; its consumerd compiles it"
             );
             return;
         }
-        self.held_bytes += object.len();
+        self.held_bytes += bytes;
         self.held.insert(handle, Held { header, object, origin, toolchain, since });
     }
 
     fn unhold(&mut self, handle: u64) -> Option<Held> {
         let held = self.held.remove(&handle)?;
-        self.held_bytes -= held.object.len();
+        self.held_bytes -= kept_bytes(&held.header, &held.object);
         Some(held)
     }
 
@@ -442,19 +443,27 @@ impl Work {
     /// is shared, not copied), within [`HELD_MAX_BYTES`].
     fn remember(&mut self, origin: Origin, toolchain: ToolchainKey, header: &ResultHeader, object: &Bytes) {
         let now = Instant::now();
+        let bytes = kept_bytes(header, object);
         while let Some(first) = self.recent.front() {
-            if self.in_doubt(first.at) && self.recent_bytes + object.len() <= HELD_MAX_BYTES {
+            if self.in_doubt(first.at) && self.recent_bytes + bytes <= HELD_MAX_BYTES {
                 break;
             }
-            self.recent_bytes -= first.object.len();
+            self.recent_bytes -= kept_bytes(&first.header, &first.object);
             self.recent.pop_front();
         }
-        if object.len() > HELD_MAX_BYTES {
+        if bytes > HELD_MAX_BYTES {
             return;
         }
-        self.recent_bytes += object.len();
+        self.recent_bytes += bytes;
         self.recent.push_back(Sent { at: now, origin, toolchain, header: header.clone(), object: object.clone() });
     }
+}
+
+/// What a kept result counts against [`HELD_MAX_BYTES`]: its object, and
+/// its compiler's output (a failed compile's stderr may be far larger than
+/// its empty object).
+fn kept_bytes(header: &ResultHeader, object: &Bytes) -> usize {
+    object.len() + header.stdout.len() + header.stderr.len()
 }
 
 /// A result whose object is past what a scheduler reads
@@ -700,11 +709,34 @@ mod tests {
         work.recent.push_back(sent(ago(30), 1)); // 10 s before the last word: delivered
         work.recent.push_back(sent(ago(24), 2)); // 4 s before it: in doubt
         work.recent.push_back(sent(ago(12), 3)); // after it, 12 s before the loss is noticed
-        work.recent_bytes = work.recent.iter().map(|s| s.object.len()).sum();
+        work.recent_bytes = work.recent.iter().map(|s| kept_bytes(&s.header, &s.object)).sum();
         work.orphan();
         let mut kept: Vec<u64> = work.held.values().map(|h| h.origin.task_id).collect();
         kept.sort_unstable();
         assert_eq!(kept, [2, 3]);
         assert_eq!(work.resumable().len(), 2, "both are announced to the next scheduler");
+    }
+
+    /// Failed compiles carry their output and no object: what they keep
+    /// counts against the bound of kept results all the same (it counted
+    /// objects only, so any number of them was kept).
+    #[test]
+    fn kept_results_count_their_compilers_output() {
+        let scratch = tempfile::tempdir().expect("a scratch dir");
+        let mut work = work(scratch.path());
+        let stderr = Bytes::from(vec![b'e'; 1 << 20]);
+        let failed = |id: u64| ResultHeader {
+            stderr: stderr.clone(),
+            exit_status: 1,
+            ..ResultHeader::bare(id, Outcome::CompileFailed)
+        };
+        let n = HELD_MAX_BYTES / stderr.len() * 2;
+        for id in 0..n as u64 {
+            let origin = Origin { consumerd: 1, task_id: id };
+            work.remember(origin, ToolchainKey(1), &failed(id), &Bytes::new());
+            work.hold(ResumedTask::HANDLE_BIT | id, origin, ToolchainKey(1), failed(id), Bytes::new(), Instant::now());
+        }
+        assert!(work.held_bytes <= HELD_MAX_BYTES && work.held.len() <= n / 2, "{} held", work.held.len());
+        assert!(work.recent_bytes <= HELD_MAX_BYTES && work.recent.len() <= n / 2, "{} kept", work.recent.len());
     }
 }
