@@ -121,7 +121,10 @@ impl LinkConfig {
     }
 }
 
-type Waiter = oneshot::Sender<Result<Compiled, RemoteError>>;
+/// Where a task's answer goes: the scheduler's result as it came (turned
+/// into a [`Compiled`] by the task's own job, so that a large object's
+/// decompression holds up no other answer), or why there is none.
+type Waiter = oneshot::Sender<Result<(ResultHeader, Bytes), RemoteError>>;
 
 /// A task sent and not answered: who waits, and what to send again if the
 /// connection is lost (the header and the compressed source, shared).
@@ -448,7 +451,13 @@ async fn submit(
     let answer = rx.await.unwrap_or(Err(RemoteError::ConnectionLost));
     registration.answered = true;
     inner.supply.forget(id);
-    answer
+    let (header, object) = answer?;
+    if object.len() < BLOCKING_COMPRESS {
+        return to_compiled(header, &object);
+    }
+    tokio::task::spawn_blocking(move || to_compiled(header, &object))
+        .await
+        .map_err(|e| RemoteError::Compress(format!("decompressing the object: {e}")))?
 }
 
 impl Inner {
@@ -930,7 +939,7 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                             let took = if header.wall_us > 0 { header.wall_us } else { header.cpu_time_us };
                             inner.costs.took(&p.expected, Duration::from_micros(took));
                         }
-                        let _ = p.waiter.send(to_compiled(header, &frame.payload));
+                        let _ = p.waiter.send(Ok((header, frame.payload)));
                     }
                     // Given up on meanwhile (its wrapper left, its deadline
                     // passed), or — never — answered twice: counted.

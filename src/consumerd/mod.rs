@@ -151,7 +151,8 @@ pub enum RemoteError {
     /// Sending the task failed.
     #[error("sending the task failed: {0}")]
     Send(#[source] crate::net::NetError),
-    /// Compressing the text failed (its worker thread died).
+    /// Compressing the text or decompressing the object failed (its worker
+    /// thread died).
     #[error("compression failed: {0}")]
     Compress(String),
     /// The object that came back does not decode.
