@@ -126,8 +126,12 @@ impl Case {
     }
 
     fn assert_miss(&self, args: &[&str], outputs: &[&str]) {
+        self.assert_miss_in(&self.dir, args, outputs);
+    }
+
+    fn assert_miss_in(&self, dir: &Path, args: &[&str], outputs: &[&str]) {
         let hits = self.counter("direct_hit");
-        let said = self.same_as_gcc(args, outputs);
+        let said = self.same_as_gcc_in(dir, args, outputs);
         assert_eq!(self.counter("direct_hit"), hits, "must not be a hit: {said}\n{}", self.stats());
     }
 }
@@ -191,6 +195,72 @@ fn a_new_header_that_shadows_one_on_the_include_path_is_a_miss() {
     k.write("inc1/stdint.h", "typedef long int32_t;\n#define INT32_MAX 7\n");
     k.age();
     k.assert_miss(&sys, &["s.o"]);
+}
+
+/// `#include "..."` looks beside the header that includes it before the
+/// include path: a header new there shadows the one the compile found on
+/// the -I path (only the input's own directory was watched).
+#[test]
+fn a_new_header_beside_the_header_that_includes_it_is_a_miss() {
+    let k = Case::new();
+    k.write("src/m.c", "#include \"net/sock.h\"\nint f(void) { return VALUE; }\n");
+    k.write("src/net/sock.h", "#include \"config.h\"\n");
+    k.write("gen/config.h", "#define VALUE 1\n");
+    k.age();
+    let args = ["-Igen", "-O2", "-c", "src/m.c", "-o", "m.o"];
+    k.prime(&args, OBJ);
+    k.write("src/net/config.h", "#define VALUE 2\n");
+    k.age();
+    k.assert_miss(&args, OBJ);
+}
+
+/// `__has_include` asks whether a file exists without reading it, so no
+/// dependency list names what it asked about: a file it asked about that
+/// appears later is a miss; once it goes again, the first version is a hit.
+#[test]
+fn a_file_has_include_asked_about_appearing_is_a_miss_and_going_again_a_hit() {
+    let k = Case::new();
+    k.write(
+        "m.c",
+        "#if __has_include(\"local_cfg.h\")\n#include \"local_cfg.h\"\n#else\n#define LOCAL 0\n#endif\nint f(void) { return LOCAL; }\n",
+    );
+    k.age();
+    let args = ["-O2", "-c", "m.c", "-o", "m.o"];
+    k.prime(&args, OBJ);
+    k.write("local_cfg.h", "#define LOCAL 5\n");
+    k.age();
+    k.assert_miss(&args, OBJ);
+    k.wait_recorded(2);
+    k.assert_hit(&args, OBJ);
+    std::fs::remove_file(k.dir.join("local_cfg.h")).unwrap();
+    k.assert_hit(&args, OBJ);
+}
+
+/// `include/../config.h`, where `include` is a symbolic link, is read from
+/// beside the link's target; spelled out, it names another file that exists
+/// too. Such a unit is not recorded: a digest of the other file would let a
+/// later edit of the one read go unseen.
+#[test]
+fn a_header_reached_through_a_link_and_dotdot_is_not_recorded() {
+    let k = Case::new();
+    k.write("lib/include/foo.h", "#include \"../config.h\"\n");
+    k.write("lib/config.h", "#define VALUE 1\n");
+    k.write("p/config.h", "#define VALUE 9\n");
+    k.write("p/m.c", "#include \"foo.h\"\nint f(void) { return VALUE; }\n");
+    std::os::unix::fs::symlink(k.dir.join("lib/include"), k.dir.join("p/include")).unwrap();
+    k.age();
+    let p = k.dir.join("p");
+    let args = ["-Iinclude", "-O2", "-MD", "-c", "m.c", "-o", "m.o"];
+    k.same_as_gcc_in(&p, &args, OBJ);
+    let why = "a path reached through `..` and a symbolic link";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while k.stats()["refusals"][why].as_u64().unwrap_or(0) < 1 {
+        assert!(Instant::now() < deadline, "not refused: {}\n{}", k.stats(), k.c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    k.write("lib/config.h", "#define VALUE 2\n");
+    k.age();
+    k.assert_miss_in(&p, &args, OBJ);
 }
 
 #[test]

@@ -21,10 +21,17 @@
 //!   local or remote, with the list of files it read (its dependency output,
 //!   or the preprocessed text's line markers), digest each file; refuse when
 //!   one changed after the compile started or uses `__TIME__`,
-//!   `__TIMESTAMP__`, `#embed` or `.incbin`; list the include directories
-//!   searched before the one each header was found in, where it was absent
-//!   (so a new header that would shadow it is a miss, which ccache does not
-//!   catch); store the result.
+//!   `__TIMESTAMP__`, `#embed` or `.incbin`, when a name reached through
+//!   `..` is another file than the one a symbolic link on the way leads to,
+//!   or when a flag moves the system include directories (`--sysroot`,
+//!   `-nostdinc`, `-m32`, ...); list where each header was absent among the
+//!   places a new one could be read instead: every other include directory
+//!   (whatever its place in gcc's order), the input's directory, the working
+//!   directory and those of the unit's own headers (searched first for
+//!   `#include "..."`), so a new header that would shadow it is a miss,
+//!   which ccache does not catch; for each name a file asks about with
+//!   `__has_include`, digest what is found where the preprocessor looks and
+//!   list where nothing is; store the result.
 //! - **Record later** ([`DirectCache::record_later`], [`index`]): a `-MMD`
 //!   compile that ran here listed no system headers; its result is stored
 //!   at once (under a key over the manifest key and the outputs) and its
@@ -555,6 +562,76 @@ impl DirectCache {
         self.tier.put(&CacheKey(*key), &stored).map_err(|_| "the local tier cannot store it")
     }
 
+    /// `__has_include`: each name the files in `probing` ask about, looked
+    /// for where the preprocessor looks (beside the asking file when the
+    /// name is quoted, then the include directories and the system ones; an
+    /// absolute name where it says). A file found is added to `read` (its
+    /// digest stands for the answer and for what it holds, were it included
+    /// after); a place where there is none is returned, an absence that must
+    /// hold for a hit. Files found that ask in turn are scanned too.
+    fn probed(
+        &self,
+        now: i64,
+        (cwd, mut probing): (&Path, Vec<PathBuf>),
+        (include_dirs, system_dirs): (&[PathBuf], &[PathBuf]),
+        (seen, read, marks): (&mut std::collections::HashSet<PathBuf>, &mut Vec<(PathBuf, [u8; 32])>, &mut u8),
+        changed_after: &dyn Fn(i64) -> bool,
+    ) -> Result<Vec<(PathBuf, PathBuf)>, &'static str> {
+        let mut absent = Vec::new();
+        let mut asked = std::collections::HashSet::new();
+        let mut view = Absence::default();
+        while let Some(file) = probing.pop() {
+            let bytes = std::fs::read(&file).map_err(|_| "a file it read cannot be read now")?;
+            let names = files::probed_names(&bytes).ok_or("__has_include names its file through a macro")?;
+            let dir = file.parent().map(Path::to_owned).unwrap_or_default();
+            for (quoted, name) in names {
+                let name = os(&name).to_owned();
+                let places: Vec<(PathBuf, PathBuf)> = if name.is_absolute() {
+                    let path = normalize(cwd, &name);
+                    vec![(path.parent().map(Path::to_owned).unwrap_or_default(), path)]
+                } else {
+                    quoted
+                        .then_some(&dir)
+                        .into_iter()
+                        .chain(include_dirs)
+                        .chain(system_dirs)
+                        .map(|d| (d.clone(), normalize(cwd, &d.join(&name))))
+                        .collect()
+                };
+                for (base, path) in places {
+                    if !asked.insert(path.clone()) {
+                        continue;
+                    }
+                    match self.files.digest(&path, now) {
+                        Ok(d) => {
+                            if changed_after(d.changed_ns) {
+                                return Err("a file changed while it compiled");
+                            }
+                            *marks |= d.marks.0;
+                            if seen.insert(path.clone()) {
+                                if d.marks.has(Marks::PROBE) {
+                                    probing.push(path.clone());
+                                }
+                                read.push((path, d.digest));
+                            }
+                        }
+                        Err(e)
+                            if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
+                        {
+                            let (b, p) = (base.as_os_str().as_bytes(), path.as_os_str().as_bytes());
+                            if !self.files.absent_under(b, p, now, &mut view) {
+                                return Err("a file it asks about appeared while it compiled");
+                            }
+                            absent.push((base, path));
+                        }
+                        Err(_) => return Err("a file it asks about cannot be read"),
+                    }
+                }
+            }
+        }
+        Ok(absent)
+    }
+
     fn try_record(
         &self,
         probe: &Probe,
@@ -571,9 +648,18 @@ impl DirectCache {
         if source.digest != probe.input_digest || changed_after(source.changed_ns) {
             return Err("a file changed while it compiled");
         }
+        if let Some(flag) = job.args.iter().find(|a| moves_system_dirs(a)) {
+            debug!(flag = %String::from_utf8_lossy(flag), "not recorded");
+            return Err("a flag moves the system include directories (--sysroot, -nostdinc, -m32, --target, ...)");
+        }
         let mut seen = std::collections::HashSet::new();
         let mut read: Vec<(PathBuf, [u8; 32])> = Vec::new();
         let mut marks = source.marks.0;
+        // Files that ask `__has_include`: what they ask about is not in the list.
+        let mut probing: Vec<PathBuf> = Vec::new();
+        if source.marks.has(Marks::PROBE) {
+            probing.push(input.clone());
+        }
         for name in listed {
             if name.is_empty() || name.starts_with(b"<") {
                 continue;
@@ -582,22 +668,42 @@ impl DirectCache {
             if path == input || !seen.insert(path.clone()) {
                 continue;
             }
+            if name.split(|b| *b == b'/').any(|s| s == b"..") {
+                // Lexically `a/../x` is `x`; through a link `a` it is not,
+                // and the digest would be of a file the compile did not read.
+                let real = std::fs::canonicalize(cwd.join(os(name))).ok();
+                if real.is_some() && real != std::fs::canonicalize(&path).ok() {
+                    return Err("a path reached through `..` and a symbolic link");
+                }
+            }
             let d = self.files.digest(&path, now).map_err(|_| "a file it read cannot be read now")?;
             if changed_after(d.changed_ns) {
                 debug!(file = %path.display(), "changed while it compiled");
                 return Err("a file changed while it compiled");
             }
             marks |= d.marks.0;
+            if d.marks.has(Marks::PROBE) {
+                probing.push(path.clone());
+            }
             read.push((path, d.digest));
         }
+        let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
+        let probed_absent = self.probed(
+            now,
+            (cwd, probing),
+            (&include_dirs, system_dirs),
+            (&mut seen, &mut read, &mut marks),
+            &changed_after,
+        )?;
         let marks = Marks(marks);
         if marks.has(Marks::TIME) || marks.has(Marks::EMBED) {
             return Err("__TIME__, __TIMESTAMP__, #embed or .incbin");
         }
         let day = marks.has(Marks::DATE).then(today);
-        let include_dirs: Vec<PathBuf> = job.include_dirs.iter().map(|d| normalize(cwd, os(d))).collect();
         let input_dir = input.parent().map(Path::to_owned).unwrap_or_default();
-        let gone = shadow_candidates(&self.files, now, &read, &input_dir, &include_dirs, system_dirs, &changed_after)?;
+        let mut gone =
+            shadow_candidates(&self.files, now, &read, (&input_dir, cwd), &include_dirs, system_dirs, &changed_after)?;
+        gone.extend(probed_absent);
         if gone.len() > MAX_ABSENT {
             return Err("too many include directories to watch");
         }
@@ -804,7 +910,7 @@ pub fn shadow_candidates(
     files: &Files,
     now: i64,
     read: &[(PathBuf, [u8; 32])],
-    input_dir: &Path,
+    (input_dir, cwd): (&Path, &Path),
     include_dirs: &[PathBuf],
     system_dirs: &[PathBuf],
     changed_after: &dyn Fn(i64) -> bool,
@@ -813,19 +919,40 @@ pub fn shadow_candidates(
         p.as_os_str().as_bytes()
     }
     let chain: Vec<&[u8]> = include_dirs.iter().chain(system_dirs).map(|d| bytes(d)).collect();
-    let input_dir = bytes(input_dir);
+    let system: Vec<&[u8]> = system_dirs.iter().map(|d| bytes(d)).collect();
+    let under =
+        |file: &[u8], dirs: &[&[u8]]| dirs.iter().any(|d| file.strip_prefix(*d).is_some_and(|n| n.starts_with(b"/")));
+    // Searched first for `#include "..."`: the directory of the file that
+    // includes it, any of the unit's own (not the system's); for `-include`,
+    // the working directory.
+    let mut first: Vec<&[u8]> = vec![bytes(input_dir), bytes(cwd)];
+    for (file, _) in read {
+        let file = bytes(file);
+        if !under(file, &system) {
+            if let Some(at) = memchr::memrchr(b'/', file) {
+                if !first.contains(&&file[..at]) {
+                    first.push(&file[..at]);
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     let mut seen: rustc_hash::FxHashSet<Vec<u8>> = rustc_hash::FxHashSet::default();
     let mut view = Absence::default();
     let mut p = Vec::with_capacity(256);
     for (file, _) in read {
         let file = bytes(file);
-        for (k, d) in chain.iter().enumerate() {
+        for d in &chain {
             let Some(name) = file.strip_prefix(*d).and_then(|n| n.strip_prefix(b"/")) else { continue };
             if name.is_empty() {
                 continue;
             }
-            for dir in std::iter::once(input_dir).chain(chain[..k].iter().copied()) {
+            // Every other directory of the search, not only those listed
+            // before it: the order gcc searches them in (`CPATH` between
+            // `-I` and `-isystem`, `-idirafter` after the system's) is not
+            // the order they are listed in here, and a new file in one that
+            // comes later costs a miss, never a wrong hit.
+            for dir in first.iter().chain(&chain).copied() {
                 p.clear();
                 p.extend_from_slice(dir);
                 p.push(b'/');
@@ -852,6 +979,29 @@ pub fn shadow_candidates(
 
 /// `compiler -E -v -x c /dev/null`: the directories between "#include <...>
 /// search starts here:" and "End of search list." on stderr.
+/// Whether `arg` changes which system include directories the compile
+/// searches: the directories asked of the compiler without it
+/// ([`ask_system_dirs`]) would not be its own, and a new header in its own
+/// would not be seen.
+fn moves_system_dirs(arg: &[u8]) -> bool {
+    const EXACT: &[&[u8]] =
+        &[b"-nostdinc", b"-nostdinc++", b"-nostdlibinc", b"-nobuiltininc", b"-m32", b"-mx32", b"-m16", b"-target"];
+    const PREFIX: &[&[u8]] = &[
+        b"--sysroot",
+        b"-isysroot",
+        b"-iprefix",
+        b"-iwithprefix",
+        b"-stdlib=",
+        b"--target",
+        b"-imultilib",
+        b"-imultiarch",
+        b"-B",
+        b"--gcc-toolchain",
+        b"--gcc-install-dir",
+    ];
+    EXACT.contains(&arg) || PREFIX.iter().any(|p| arg.starts_with(p))
+}
+
 fn ask_system_dirs(compiler: &Path, cxx: bool) -> Vec<PathBuf> {
     let out = Command::new(compiler)
         .args(["-E", "-v", "-x", if cxx { "c++" } else { "c" }, "/dev/null"])

@@ -39,8 +39,12 @@ fn manifests_and_digests_survive_a_save_and_a_load() {
     assert!(store::load(&t.path().join("none"), &Files::default()).unwrap().is_none());
 }
 
+/// Where a new file would be read instead of one the compile read: beside
+/// the input, in the working directory, beside any of the unit's own files
+/// (an includer's directory, searched first for `#include "..."`), and in
+/// every other include directory, whatever its place in the list.
 #[test]
-fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
+fn shadow_candidates_are_the_other_directories_where_the_name_is_absent() {
     let t = tempfile::tempdir().unwrap();
     let d = |n: &str| t.path().join(n);
     for sub in ["src", "inc1", "inc2", "sys"] {
@@ -51,20 +55,21 @@ fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
     std::fs::write(d("sys/z.h"), "").unwrap();
     let read = vec![(d("inc2/x.h"), [0; 32]), (d("sys/z.h"), [0; 32]), (d("src/local.h"), [0; 32])];
     let files = Files::default();
+    let src = d("src");
     let got: Vec<PathBuf> =
-        shadow_candidates(&files, now_ns(), &read, &d("src"), &[d("inc1"), d("inc2")], &[d("sys")], &|_| false)
+        shadow_candidates(&files, now_ns(), &read, (&src, &src), &[d("inc1"), d("inc2")], &[d("sys")], &|_| false)
             .unwrap()
             .into_iter()
             .map(|(_, p)| p)
             .collect();
-    assert_eq!(got, vec![d("src/x.h"), d("inc1/x.h"), d("src/z.h"), d("inc1/z.h"), d("inc2/z.h")]);
+    assert_eq!(got, vec![d("src/x.h"), d("inc1/x.h"), d("sys/x.h"), d("src/z.h"), d("inc2/z.h"), d("inc1/z.h")]);
     // A file under two chain directories splits both ways.
     let both = vec![(t.path().join("inc2/x.h"), [0; 32])];
     let got: Vec<PathBuf> = shadow_candidates(
         &files,
         now_ns(),
         &both,
-        &d("src"),
+        (&src, &src),
         &[t.path().to_owned(), d("inc1"), d("inc2")],
         &[],
         &|_| false,
@@ -73,7 +78,17 @@ fn shadow_candidates_are_the_earlier_directories_where_the_name_is_absent() {
     .into_iter()
     .map(|(_, p)| p)
     .collect();
-    assert_eq!(got, vec![d("src/inc2/x.h"), d("src/x.h"), t.path().join("x.h"), d("inc1/x.h")]);
+    assert_eq!(
+        got,
+        vec![
+            d("src/inc2/x.h"),
+            d("inc2/inc2/x.h"),
+            d("inc1/inc2/x.h"),
+            d("src/x.h"),
+            t.path().join("x.h"),
+            d("inc1/x.h")
+        ]
+    );
 }
 
 #[test]
@@ -300,4 +315,25 @@ fn lookups_run_one_dependency_only_run_per_cpu_at_once() {
     rx.recv_timeout(std::time::Duration::from_secs(10)).expect("a run ended: the next one has its turn");
     waiting.join().unwrap();
     assert_eq!(*runs.0.lock().unwrap(), 0);
+}
+
+/// Flags that make the compile search system directories other than those
+/// asked of the compiler without them keep the unit out of the cache.
+#[test]
+fn flags_that_move_the_system_include_directories_are_known() {
+    for a in [
+        "--sysroot=/opt/sr",
+        "--sysroot",
+        "-isysroot",
+        "-nostdinc",
+        "-nostdinc++",
+        "-m32",
+        "-stdlib=libc++",
+        "--target=arm",
+    ] {
+        assert!(moves_system_dirs(a.as_bytes()), "{a}");
+    }
+    for a in ["-m64", "-I/usr/include", "-isystem", "-O2", "-march=native", "-mtune=generic"] {
+        assert!(!moves_system_dirs(a.as_bytes()), "{a}");
+    }
 }
