@@ -27,7 +27,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ccroute_wire::{cache_key, payload, CacheKey, CacheStatus, Outcome};
+use ccroute_wire::{payload, CacheKey, CacheKeyHasher, CacheStatus, Outcome};
 use dashmap::DashMap;
 use tokio_util::task::TaskTracker;
 
@@ -230,11 +230,14 @@ fn verified(body: &TaskBody) -> bool {
     *body.verified.get_or_init(|| key_matches(&body.header, &body.payload))
 }
 
-/// Whether `payload`, the task's compressed source, hashes to the key `header` claims.
+/// Whether `payload`, the task's compressed source, hashes to the key
+/// `header` claims. Read in pieces: a source that claims a GiB costs a
+/// piece's memory here, not a GiB (a peer could send many such at once).
 fn key_matches(header: &ccroute_wire::TaskHeader, payload: &[u8]) -> bool {
     let Some(claimed) = header.cache_key else { return false };
-    match payload::decompress(&header.payload, payload, MAX_RAW) {
-        Ok(raw) => cache_key(header.toolchain, &header.spec, &raw) == claimed,
+    let mut key = CacheKeyHasher::new(header.toolchain, &header.spec, header.payload.raw_len);
+    match payload::for_each_raw_chunk(&header.payload, payload, MAX_RAW, |chunk| key.update(chunk)) {
+        Ok(()) => key.finish() == Some(claimed),
         Err(_) => false,
     }
 }
@@ -388,7 +391,7 @@ mod tests {
     use crate::cache::StorageConfig;
     use ccroute_core::test_support::{peer, tc};
     use ccroute_core::{Config, ConsumerdSession, Dispatch, Reply, Scheduler};
-    use ccroute_wire::{codec, TaskHeader, TaskSpec};
+    use ccroute_wire::{cache_key, codec, TaskHeader, TaskSpec};
 
     /// An honest task (or, with `lie`, one whose bytes are not what its key
     /// says) for the toolchain `tc("gcc")`.
@@ -511,5 +514,36 @@ mod tests {
         // reached the agent: its leader was found out and it went on.
         assert_eq!(assigned(&mut agent), vec![1, 2], "the honest task must not wait for the liar's compile");
         assert!(hook.status().poison_rejected >= 1);
+    }
+
+    /// A source that expands far (here 256 MiB of zeros in a few KiB) is
+    /// checked in pieces: its key is recognised, and a key it does not have
+    /// is not.
+    #[test]
+    fn a_large_source_is_checked_against_its_key_in_pieces() {
+        let raw = vec![0u8; 256 << 20];
+        let (packed, info) = payload::compress(&raw);
+        assert!(packed.len() < 1 << 20);
+        let spec = codec::encode_spec(&TaskSpec {
+            args: vec!["-O2".into()],
+            input_path: "z.c".into(),
+            cwd: None,
+            env: vec![],
+            inputs: None,
+        });
+        let honest = cache_key(tc("gcc").key(), &spec, &raw);
+        let header = |key| TaskHeader {
+            task_id: 1,
+            toolchain: tc("gcc").key(),
+            cache_key: Some(key),
+            spec: spec.clone(),
+            payload: info,
+            inputs: false,
+            origin: None,
+            resumed: false,
+        };
+        drop(raw);
+        assert!(key_matches(&header(honest), &packed));
+        assert!(!key_matches(&header(CacheKey([7; 32])), &packed));
     }
 }

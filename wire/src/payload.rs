@@ -78,6 +78,61 @@ pub fn decompress(info: &PayloadInfo, wire: &[u8], max_raw: u64) -> Result<Vec<u
     }
 }
 
+/// The window a payload's zstd frame may ask for when it is read in
+/// pieces ([`for_each_raw_chunk`]): 8 MiB (level 1 uses 512 KiB).
+const STREAM_WINDOW_LOG_MAX: u32 = 23;
+
+/// Feeds the raw bytes of a payload to `f` in pieces of at most 64 KiB,
+/// without holding them all: what checking a payload's digest needs. Refuses
+/// what [`decompress`] refuses, before anything is read.
+///
+/// # Errors
+/// As [`decompress`]; [`DecodeError::BadPayload`] as soon as the bytes run
+/// past their declared size.
+pub fn for_each_raw_chunk(
+    info: &PayloadInfo,
+    wire: &[u8],
+    max_raw: u64,
+    mut f: impl FnMut(&[u8]),
+) -> Result<(), DecodeError> {
+    use std::io::Read;
+    if info.raw_len > max_raw {
+        return Err(DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw });
+    }
+    let bad = |detail: String| DecodeError::BadPayload { raw_len: info.raw_len, detail };
+    if wire.len() as u64 != info.len {
+        return Err(bad(format!("{} bytes on the wire, {} declared", wire.len(), info.len)));
+    }
+    match info.compression {
+        Compression::None if info.raw_len == info.len => {
+            wire.chunks(64 << 10).for_each(f);
+            Ok(())
+        }
+        Compression::None => Err(bad(format!("uncompressed payload of {} bytes", info.len))),
+        Compression::Zstd => {
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(wire).map_err(|e| bad(e.to_string()))?;
+            decoder.window_log_max(STREAM_WINDOW_LOG_MAX).map_err(|e| bad(e.to_string()))?;
+            let mut buf = vec![0u8; 64 << 10];
+            let mut total = 0u64;
+            loop {
+                let n = decoder.read(&mut buf).map_err(|e| bad(e.to_string()))?;
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+                if total > info.raw_len {
+                    return Err(bad(format!("more than {} bytes", info.raw_len)));
+                }
+                f(&buf[..n]);
+            }
+            if total != info.raw_len {
+                return Err(bad(format!("got {total} bytes")));
+            }
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +148,29 @@ mod tests {
         let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
         let (wire, info) = compress(&noise);
         assert_eq!(decompress(&info, &wire, 1 << 20).unwrap(), noise);
+    }
+
+    /// In pieces, the same bytes as whole, and the same refusals.
+    #[test]
+    fn raw_chunks_are_the_payload_and_lies_are_refused() {
+        let text = b"static int x = 1;\n".repeat(20_000);
+        let (wire, info) = compress(&text);
+        let mut got = Vec::new();
+        let mut largest = 0;
+        for_each_raw_chunk(&info, &wire, 1 << 30, |c| {
+            largest = largest.max(c.len());
+            got.extend_from_slice(c);
+        })
+        .unwrap();
+        assert_eq!(got, text);
+        assert!(largest <= 64 << 10);
+        let mut short = info;
+        short.raw_len -= 1;
+        assert!(for_each_raw_chunk(&short, &wire, 1 << 30, |_| ()).is_err(), "runs past its size");
+        let mut long = info;
+        long.raw_len += 1;
+        assert!(for_each_raw_chunk(&long, &wire, 1 << 30, |_| ()).is_err(), "ends short");
+        assert!(matches!(for_each_raw_chunk(&info, &wire, 1 << 10, |_| ()), Err(DecodeError::PayloadTooLarge { .. })));
     }
 
     #[test]
