@@ -69,6 +69,9 @@ use tracing::{debug, warn};
 use crate::cache::{CachedResult, DiskTier};
 use files::{normalize, Absence, Files, Marks};
 
+/// The files a compile read, each once, with its digest.
+type FilesRead = Vec<(PathBuf, [u8; 32])>;
+
 /// Entries kept per manifest (builds that alternate between header versions).
 pub const ENTRIES_PER_MANIFEST: usize = 4;
 
@@ -574,7 +577,7 @@ impl DirectCache {
         now: i64,
         (cwd, mut probing): (&Path, Vec<PathBuf>),
         (include_dirs, system_dirs): (&[PathBuf], &[PathBuf]),
-        (seen, read, marks): (&mut std::collections::HashSet<PathBuf>, &mut Vec<(PathBuf, [u8; 32])>, &mut u8),
+        (seen, read, marks): (&mut std::collections::HashSet<PathBuf>, &mut FilesRead, &mut u8),
         changed_after: &dyn Fn(i64) -> bool,
     ) -> Result<Vec<(PathBuf, PathBuf)>, &'static str> {
         let mut absent = Vec::new();
@@ -653,7 +656,7 @@ impl DirectCache {
             return Err("a flag moves the system include directories (--sysroot, -nostdinc, -m32, --target, ...)");
         }
         let mut seen = std::collections::HashSet::new();
-        let mut read: Vec<(PathBuf, [u8; 32])> = Vec::new();
+        let mut read: FilesRead = Vec::new();
         let mut marks = source.marks.0;
         // Files that ask `__has_include`: what they ask about is not in the list.
         let mut probing: Vec<PathBuf> = Vec::new();
