@@ -522,28 +522,11 @@ mod tests {
     #[test]
     fn a_large_source_is_checked_against_its_key_in_pieces() {
         let raw = vec![0u8; 256 << 20];
-        let (packed, info) = payload::compress(&raw);
-        assert!(packed.len() < 1 << 20);
-        let spec = codec::encode_spec(&TaskSpec {
-            args: vec!["-O2".into()],
-            input_path: "z.c".into(),
-            cwd: None,
-            env: vec![],
-            inputs: None,
-        });
-        let honest = cache_key(tc("gcc").key(), &spec, &raw);
-        let header = |key| TaskHeader {
-            task_id: 1,
-            toolchain: tc("gcc").key(),
-            cache_key: Some(key),
-            spec: spec.clone(),
-            payload: info,
-            inputs: false,
-            origin: None,
-            resumed: false,
-        };
+        let honest = body(1, &raw, false);
         drop(raw);
-        assert!(key_matches(&header(honest), &packed));
-        assert!(!key_matches(&header(CacheKey([7; 32])), &packed));
+        assert!(honest.payload.len() < 1 << 20);
+        assert!(key_matches(&honest.header, &honest.payload));
+        let other = TaskHeader { cache_key: Some(CacheKey([7; 32])), ..honest.header.clone() };
+        assert!(!key_matches(&other, &honest.payload));
     }
 }
