@@ -517,10 +517,11 @@ mod tests {
     }
 
     /// A source that expands far (here 256 MiB of zeros in a few KiB) is
-    /// checked in pieces: its key is recognised, and a key it does not have
-    /// is not.
+    /// checked against its key: the key it has is recognised, and one it
+    /// does not have is not. (That the reading goes in pieces of 64 KiB is
+    /// `payload::for_each_raw_chunk`'s own test.)
     #[test]
-    fn a_large_source_is_checked_against_its_key_in_pieces() {
+    fn a_source_that_expands_far_is_checked_against_its_key() {
         let raw = vec![0u8; 256 << 20];
         let honest = body(1, &raw, false);
         drop(raw);

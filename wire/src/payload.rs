@@ -42,21 +42,9 @@ pub fn compress(raw: &[u8]) -> (Vec<u8>, PayloadInfo) {
 /// [`DecodeError::PayloadTooLarge`] past `max_raw`; [`DecodeError::BadPayload`]
 /// when the bytes do not match their description.
 pub fn decompress(info: &PayloadInfo, wire: &[u8], max_raw: u64) -> Result<Vec<u8>, DecodeError> {
-    if info.raw_len > max_raw {
-        return Err(DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw });
-    }
-    if wire.len() as u64 != info.len {
-        return Err(DecodeError::BadPayload {
-            raw_len: info.raw_len,
-            detail: format!("{} bytes on the wire, {} declared", wire.len(), info.len),
-        });
-    }
+    check(info, wire, max_raw)?;
     match info.compression {
-        Compression::None if info.raw_len == info.len => Ok(wire.to_vec()),
-        Compression::None => Err(DecodeError::BadPayload {
-            raw_len: info.raw_len,
-            detail: format!("uncompressed payload of {} bytes", info.len),
-        }),
+        Compression::None => Ok(wire.to_vec()),
         Compression::Zstd => {
             let raw_len = usize::try_from(info.raw_len)
                 .map_err(|_| DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw })?;
@@ -78,6 +66,23 @@ pub fn decompress(info: &PayloadInfo, wire: &[u8], max_raw: u64) -> Result<Vec<u
     }
 }
 
+/// What both readers refuse before reading: a declared size past `max_raw`
+/// (before anything is allocated), bytes on the wire other than declared, and
+/// an uncompressed payload whose two sizes differ.
+fn check(info: &PayloadInfo, wire: &[u8], max_raw: u64) -> Result<(), DecodeError> {
+    if info.raw_len > max_raw {
+        return Err(DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw });
+    }
+    let bad = |detail: String| Err(DecodeError::BadPayload { raw_len: info.raw_len, detail });
+    if wire.len() as u64 != info.len {
+        return bad(format!("{} bytes on the wire, {} declared", wire.len(), info.len));
+    }
+    if matches!(info.compression, Compression::None) && info.raw_len != info.len {
+        return bad(format!("uncompressed payload of {} bytes", info.len));
+    }
+    Ok(())
+}
+
 /// The window a payload's zstd frame may ask for when it is read in
 /// pieces ([`for_each_raw_chunk`]): 8 MiB (level 1 uses 512 KiB).
 const STREAM_WINDOW_LOG_MAX: u32 = 23;
@@ -96,19 +101,13 @@ pub fn for_each_raw_chunk(
     mut f: impl FnMut(&[u8]),
 ) -> Result<(), DecodeError> {
     use std::io::Read;
-    if info.raw_len > max_raw {
-        return Err(DecodeError::PayloadTooLarge { len: info.raw_len, max: max_raw });
-    }
+    check(info, wire, max_raw)?;
     let bad = |detail: String| DecodeError::BadPayload { raw_len: info.raw_len, detail };
-    if wire.len() as u64 != info.len {
-        return Err(bad(format!("{} bytes on the wire, {} declared", wire.len(), info.len)));
-    }
     match info.compression {
-        Compression::None if info.raw_len == info.len => {
+        Compression::None => {
             wire.chunks(64 << 10).for_each(f);
             Ok(())
         }
-        Compression::None => Err(bad(format!("uncompressed payload of {} bytes", info.len))),
         Compression::Zstd => {
             let mut decoder = zstd::stream::read::Decoder::with_buffer(wire).map_err(|e| bad(e.to_string()))?;
             decoder.window_log_max(STREAM_WINDOW_LOG_MAX).map_err(|e| bad(e.to_string()))?;

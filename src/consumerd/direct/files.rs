@@ -397,6 +397,42 @@ pub fn normalize(cwd: &Path, path: &Path) -> PathBuf {
     out
 }
 
+/// Whether `name`, as the compile spelled it, passes through `..` after a
+/// symbolic link: lexically `a/../x` is `x` (`path`, its normalized form), but
+/// through a link `a` it is another file, and a digest of `path` would be of
+/// a file the compile did not read.
+pub fn dotdot_through_link(cwd: &Path, name: &[u8], path: &Path) -> bool {
+    if !name.split(|b| *b == b'/').any(|s| s == b"..") {
+        return false;
+    }
+    let real = std::fs::canonicalize(cwd.join(OsStr::from_bytes(name))).ok();
+    real.is_some() && real != std::fs::canonicalize(path).ok()
+}
+
+/// Where the preprocessor looks for the file `__has_include` names in the
+/// file whose directory is `dir`, in its order, as `(directory, path)`:
+/// beside the asking file when the name is quoted, then the include
+/// directories and the system ones; an absolute name where it says.
+pub fn probe_places(
+    cwd: &Path,
+    dir: &Path,
+    (quoted, name): (bool, &Path),
+    include_dirs: &[PathBuf],
+    system_dirs: &[PathBuf],
+) -> Vec<(PathBuf, PathBuf)> {
+    if name.is_absolute() {
+        let path = normalize(cwd, name);
+        return vec![(path.parent().map(Path::to_owned).unwrap_or_default(), path)];
+    }
+    let beside = quoted.then_some(dir);
+    beside
+        .into_iter()
+        .chain(include_dirs.iter().map(PathBuf::as_path))
+        .chain(system_dirs.iter().map(PathBuf::as_path))
+        .map(|d| (d.to_owned(), normalize(cwd, &d.join(name))))
+        .collect()
+}
+
 /// Whether nothing is at `path` now (the preprocessor would not find a file there).
 pub fn absent(path: &Path) -> bool {
     match std::fs::metadata(path) {

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use ccroute_wire::local::DirectJob;
 use ccroute_wire::InputFile;
 
-use super::files::{normalize, probed_names, Marks};
+use super::files::{dotdot_through_link, normalize, probe_places, probed_names, Marks};
 use super::{changed_after, now_ns, os, DirectCache};
 
 /// The files of one unit and where each digest can be read again.
@@ -102,12 +102,8 @@ impl DirectCache {
                 continue;
             }
             let path = normalize(cwd, os(name));
-            if name.split(|b| *b == b'/').any(|s| s == b"..") {
-                // Lexically `a/../x` is `x`; through a link `a` it is not.
-                let real = std::fs::canonicalize(cwd.join(os(name))).ok();
-                if real.is_some() && real != std::fs::canonicalize(&path).ok() {
-                    return Err("a path reached through `..` and a symbolic link");
-                }
+            if dotdot_through_link(cwd, name, &path) {
+                return Err("a path reached through `..` and a symbolic link");
             }
             probing.extend(add(path, true)?);
         }
@@ -121,16 +117,7 @@ impl DirectCache {
             let names = probed_names(&bytes).ok_or("__has_include names its file through a macro")?;
             let dir = file.parent().map(Path::to_owned).unwrap_or_default();
             for (quoted, name) in names {
-                let name = os(&name).to_owned();
-                if name.is_absolute() {
-                    if probed.insert(name.clone()) {
-                        probing.extend(add(normalize(cwd, &name), true)?);
-                    }
-                    continue;
-                }
-                let beside = quoted.then_some(&dir);
-                for d in beside.into_iter().chain(&include_dirs).chain(system.iter()) {
-                    let candidate = normalize(cwd, &d.join(&name));
+                for (_, candidate) in probe_places(cwd, &dir, (quoted, os(&name)), &include_dirs, &system) {
                     if probed.insert(candidate.clone()) {
                         probing.extend(add(candidate, true)?);
                     }

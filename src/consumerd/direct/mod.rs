@@ -588,20 +588,7 @@ impl DirectCache {
             let names = files::probed_names(&bytes).ok_or("__has_include names its file through a macro")?;
             let dir = file.parent().map(Path::to_owned).unwrap_or_default();
             for (quoted, name) in names {
-                let name = os(&name).to_owned();
-                let places: Vec<(PathBuf, PathBuf)> = if name.is_absolute() {
-                    let path = normalize(cwd, &name);
-                    vec![(path.parent().map(Path::to_owned).unwrap_or_default(), path)]
-                } else {
-                    quoted
-                        .then_some(&dir)
-                        .into_iter()
-                        .chain(include_dirs)
-                        .chain(system_dirs)
-                        .map(|d| (d.clone(), normalize(cwd, &d.join(&name))))
-                        .collect()
-                };
-                for (base, path) in places {
+                for (base, path) in files::probe_places(cwd, &dir, (quoted, os(&name)), include_dirs, system_dirs) {
                     if !asked.insert(path.clone()) {
                         continue;
                     }
@@ -671,13 +658,8 @@ impl DirectCache {
             if path == input || !seen.insert(path.clone()) {
                 continue;
             }
-            if name.split(|b| *b == b'/').any(|s| s == b"..") {
-                // Lexically `a/../x` is `x`; through a link `a` it is not,
-                // and the digest would be of a file the compile did not read.
-                let real = std::fs::canonicalize(cwd.join(os(name))).ok();
-                if real.is_some() && real != std::fs::canonicalize(&path).ok() {
-                    return Err("a path reached through `..` and a symbolic link");
-                }
+            if files::dotdot_through_link(cwd, name, &path) {
+                return Err("a path reached through `..` and a symbolic link");
             }
             let d = self.files.digest(&path, now).map_err(|_| "a file it read cannot be read now")?;
             if changed_after(d.changed_ns) {
