@@ -11,7 +11,10 @@
 //! kills the compiler's process group and still answers, so that its token
 //! comes back. When the connection drops, the compiles go on and what they
 //! produce is kept: the next scheduler adopts what its consumerds still
-//! want ([`super::work`]).
+//! want ([`super::work`]). A connection that carried a load and has been
+//! quiet since, nothing running and nothing in doubt, is replaced by a new
+//! one at once, to give back the buffers both ends kept for it
+//! ([`crate::memory::Recycling`]).
 //!
 //! An agent whose scratch filesystem is nearly full ([`SCRATCH_LOW`] free
 //! while it compiles nothing, so the space is not its own compiles') would
@@ -105,6 +108,10 @@ enum Ended {
     /// The scratch filesystem is nearly full, with nothing compiling: the
     /// agent leaves until it has room.
     NoRoom,
+    /// The connection carried a load and has been quiet since, with
+    /// nothing in doubt: it is replaced by a new one
+    /// ([`memory::Recycling`]).
+    Recycle,
 }
 
 /// The agent's `/metrics`: its compiles, read from the executor at scrape time.
@@ -321,6 +328,16 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                         conn.close(net::CloseReason::Done.code(), b"agent leaving: its scratch filesystem is full");
                         continue;
                     }
+                    Ended::Recycle => {
+                        conn.close(net::CloseReason::Done.code(), b"agent recycling its connection");
+                        // Ids of tasks it answered were the connection's.
+                        work.orphan();
+                        tracing::info!(
+                            scheduler = %config.scheduler,
+                            "connection quiet after a load: replaced by a new one, to give back the buffers it kept"
+                        );
+                        continue;
+                    }
                 }
                 backoff.after_lost(connected.elapsed())
             }
@@ -502,6 +519,7 @@ async fn serve(
     // us: results sent well before the last are not in doubt.
     work.heard(Instant::now());
     let mut received = conn.stats().udp_rx.datagrams;
+    let mut recycling = memory::Recycling::new(Instant::now(), work.executor().started());
     let lost = loop {
         let frame: Frame = tokio::select! {
             next = reader.next() => match next {
@@ -546,6 +564,12 @@ async fn serve(
                 if executor.running() == 0 && short_of_room(executor.scratch_root(), SCRATCH_LOW).is_some() {
                     break Ended::NoRoom;
                 }
+                // A result in doubt (sent within `work::RETAIN` of the last
+                // packet heard) waits, without counting as work.
+                let busy = work.running() > 0 || work.held() > 0 || !senders.is_empty();
+                if recycling.observe(Instant::now(), work.executor().started(), busy) && work.settled() {
+                    break Ended::Recycle;
+                }
                 let sample = sampler.sample(executor.running(), executor.started());
                 if let Err(e) = writer.send(Message::CpuSample(sample), Bytes::new()).await {
                     break Ended::Lost(e.to_string());
@@ -577,7 +601,7 @@ async fn serve(
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
     };
-    if !matches!(lost, Ended::Lost(_)) {
+    if matches!(lost, Ended::Shutdown | Ended::NoRoom) {
         work.stop();
     }
     // Results still being written on streams of their own are in `recent`.

@@ -392,6 +392,12 @@ impl Work {
         self.held.len()
     }
 
+    /// Whether the connection could end now and lose nothing: nothing
+    /// runs, nothing is kept for adoption, no result sent is in doubt.
+    pub fn settled(&self) -> bool {
+        self.running.is_empty() && self.held.is_empty() && !self.recent.iter().any(|sent| self.in_doubt(sent.at))
+    }
+
     /// `id` is about to be run again: a compile still running under it is
     /// killed and answers nothing (an answer under the id would be taken
     /// for the new run's). A scheduler of this version sends an id again

@@ -10,7 +10,9 @@
 //! [`RESUME_GRACE`] for the link to come back, and is then sent again,
 //! marked resumed, with its source: a restarted scheduler gives it to the
 //! agent that still runs it (`scheduler/resume.rs`), so nothing is compiled
-//! twice. Past the grace it runs locally.
+//! twice. Past the grace it runs locally. A connection that carried a load
+//! and has been quiet since is replaced by a new one at once, to give back
+//! the buffers both ends kept for it (`crate::memory::Recycling`).
 //!
 //! A job becomes a task: its toolchain key, its cache key (when the result
 //! may be cached), its encoded spec, and the preprocessed text compressed.
@@ -47,6 +49,7 @@ use tokio_util::task::TaskTracker;
 use super::supply::Supply;
 use super::{BoxFuture, Compiled, CompiledParts, Remote, RemoteError, RemoteJob, Stats};
 use crate::cost::{Costs, Expected};
+use crate::memory;
 use crate::net::{self, Identity, NetError, TransportOptions, INLINE_PAYLOAD_MAX};
 
 /// The most bytes an object may decompress to.
@@ -782,17 +785,23 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                     });
                     std::future::pending::<()>().await
                 };
-                tokio::select! {
-                    () = serve(&inner, &conn, reader, &stats) => {}
-                    () = resending => {}
-                    () = shutdown.cancelled() => {}
-                }
+                let served = tokio::select! {
+                    s = serve(&inner, &conn, reader, &stats) => s,
+                    () = resending => Served::Ended,
+                    () = shutdown.cancelled() => Served::Ended,
+                };
                 // Why it ended, before our own close below overwrites it.
                 let why = conn.conn.close_reason().map_or_else(|| "shutting down".to_owned(), |e| e.to_string());
                 *lock(&inner.current) = None;
                 inner.window.send_replace(0);
                 lock(&inner.announced).clear();
-                conn.conn.close(net::CloseReason::Done.code(), b"consumerd leaving or lost");
+                let reason: &[u8] = if served == Served::Recycle {
+                    b"consumerd recycling its connection"
+                } else {
+                    b"consumerd leaving or lost"
+                };
+                conn.conn.close(net::CloseReason::Done.code(), reason);
+                // A job registered as the connection was given up on is sent again on the next.
                 let in_flight = lock(&inner.pending).len();
                 if shutdown.is_cancelled() {
                     fail_pending(&inner);
@@ -800,14 +809,25 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                     if in_flight > 0 {
                         grace = Some(tokio::time::Instant::now() + RESUME_GRACE);
                     }
-                    tracing::warn!(
-                        scheduler = %config.scheduler,
-                        error = %why,
-                        in_flight,
-                        "scheduler connection ended; new jobs compile locally until it is back, those in flight wait {RESUME_GRACE:?} for it"
-                    );
+                    if served == Served::Recycle {
+                        tracing::info!(
+                            scheduler = %config.scheduler,
+                            "connection quiet after a load: replaced by a new one, to give back the buffers it kept"
+                        );
+                    } else {
+                        tracing::warn!(
+                            scheduler = %config.scheduler,
+                            error = %why,
+                            in_flight,
+                            "scheduler connection ended; new jobs compile locally until it is back, those in flight wait {RESUME_GRACE:?} for it"
+                        );
+                    }
                 }
-                backoff.after_lost(connected.elapsed())
+                if served == Served::Recycle {
+                    Duration::ZERO
+                } else {
+                    backoff.after_lost(connected.elapsed())
+                }
             }
             Err(e) => {
                 // No retry can change a certificate or a version: say so once,
@@ -869,15 +889,35 @@ async fn connect(inner: &Arc<Inner>, config: &LinkConfig) -> Result<(Arc<Connect
     Ok((Arc::new(Connected { conn, writer }), reader, welcome.limit))
 }
 
-/// Reads answers and limits until the connection ends; reports demand.
-async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::FrameReader, stats: &Stats) {
+/// Why [`serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// The connection ended or failed.
+    Ended,
+    /// It carried a load and has been quiet since ([`memory::Recycling`]):
+    /// to be replaced.
+    Recycle,
+}
+
+/// Reads answers and limits until the connection ends (or is quiet after a
+/// load: [`Served::Recycle`]); reports demand.
+async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::FrameReader, stats: &Stats) -> Served {
     let mut uni =
         net::accept_frames(conn.conn.clone(), ccroute_wire::Limits { max_payload: MAX_OBJECT, ..Default::default() });
     let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
     let mut last_demand = u32::MAX;
     let mut fetches = tokio::task::JoinSet::new();
+    let mut recycling = memory::Recycling::new(Instant::now(), inner.next_id.load(Ordering::Relaxed));
+    let mut recycle_tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let frame: Frame = tokio::select! {
+            _ = recycle_tick.tick() => {
+                let busy = !fetches.is_empty() || !lock(&inner.pending).is_empty();
+                if recycling.observe(Instant::now(), inner.next_id.load(Ordering::Relaxed), busy) {
+                    return Served::Recycle;
+                }
+                continue;
+            }
             // An agent fetching one of our toolchains, through the scheduler.
             stream = conn.conn.accept_bi() => match stream {
                 Ok((send, recv)) => {
@@ -886,20 +926,20 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                     fetches.spawn(async move { inner.supply.serve(send, recv, peer, &inner.stats.inputs_blob_bytes).await });
                     continue;
                 }
-                Err(_) => return,
+                Err(_) => return Served::Ended,
             },
             Some(_) = fetches.join_next(), if !fetches.is_empty() => continue,
             next = reader.next() => match next {
                 Ok(Some(f)) => f,
-                Ok(None) => return,
+                Ok(None) => return Served::Ended,
                 Err(e) => {
                     tracing::debug!(error = %e, "control stream ended");
-                    return;
+                    return Served::Ended;
                 }
             },
             next = uni.next() => match next {
                 Some(Ok(f)) => f,
-                Some(Err(NetError::ConnectionLost { .. })) | None => return,
+                Some(Err(NetError::ConnectionLost { .. })) | None => return Served::Ended,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "a result stream failed");
                     match e.into_unfinished() {
@@ -919,14 +959,14 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
                 if wanted != last_demand {
                     last_demand = wanted;
                     if conn.writer.send(Message::Demand(Demand { wanted }), Bytes::new()).await.is_err() {
-                        return;
+                        return Served::Ended;
                     }
                 }
                 continue;
             }
             e = conn.writer.failed() => {
                 tracing::debug!(error = %e, "control stream failed");
-                return;
+                return Served::Ended;
             }
         };
         match frame.message {
@@ -1110,6 +1150,66 @@ mod tests {
         }
         let hit = hit.expect("the cache answered the same unit");
         assert_eq!(hit.parts.object, first.parts.object);
+        cluster.shutdown().await;
+    }
+
+    /// A connection that carried a load and then went quiet is replaced,
+    /// the agent's too, and nothing is lost: the next unit is compiled by
+    /// the agent over the new connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_quiet_after_a_load_is_replaced_and_serves_on() {
+        use crate::cluster::{wait_for, ClusterConfig, LocalCluster};
+        let cluster = LocalCluster::start(ClusterConfig {
+            agents: 1,
+            agent_jobs: 64,
+            discover: false,
+            test_toolchain: true,
+            tune_agents: false,
+            consumerd: false,
+            ..ClusterConfig::default()
+        })
+        .await
+        .unwrap();
+        let link = cluster.link(Arc::new(Stats::default())).unwrap();
+        let mut window = link.window();
+        tokio::time::timeout(Duration::from_secs(60), window.wait_for(|w| *w > 0)).await.unwrap().unwrap();
+        let job = |n: u64| RemoteJob {
+            compiler: "/usr/bin/ccroute-test".into(),
+            toolchain: Arc::new(crate::toolchain::test_toolchain()),
+            package: None,
+            spec: TaskSpec { args: vec![], input_path: format!("u{n}.c"), cwd: None, env: vec![], inputs: None },
+            text: Bytes::from(format!("int u{n};\n")),
+            cacheable: false,
+            inputs: None,
+        };
+        let mut load = tokio::task::JoinSet::new();
+        for n in 0..memory::RECYCLE_AFTER_TASKS {
+            load.spawn(link.compile(job(n)));
+        }
+        while let Some(done) = load.join_next().await {
+            let compiled = done.unwrap().unwrap_or_else(|e| panic!("a unit of the load: {e}"));
+            assert_eq!(compiled.exit_status, 0);
+        }
+        let first_agent = cluster.scheduler.agents()[0].id;
+        let first_consumerd = cluster.scheduler.consumerds()[0].id;
+        // Quiet: both connections are replaced.
+        let scheduler = cluster.scheduler.clone();
+        wait_for("both connections replaced", move || {
+            let (agents, consumerds) = (scheduler.agents(), scheduler.consumerds());
+            agents.len() == 1
+                && consumerds.len() == 1
+                && agents[0].id != first_agent
+                && consumerds[0].id != first_consumerd
+        })
+        .await
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), window.wait_for(|w| *w > 0)).await.unwrap().unwrap();
+        let last = link.compile(job(u64::MAX)).await.unwrap_or_else(|e| panic!("the unit after: {e}"));
+        assert_eq!(last.exit_status, 0);
+        assert_eq!(cluster.scheduler.agents()[0].assigned, 1, "the agent's new session compiled it");
+        let totals = cluster.scheduler.totals();
+        assert_eq!(totals.completed, memory::RECYCLE_AFTER_TASKS + 1);
+        assert_eq!((totals.requeued, totals.retried), (0, 0), "nothing lost with the old connections");
         cluster.shutdown().await;
     }
 }
