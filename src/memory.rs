@@ -52,10 +52,15 @@
 //! nothing in doubt, at the cost of a handshake (jobs that come in its few
 //! round trips compile on the consumerd's host). `cargo bench --bench
 //! memory`, the same hour on the same machine: 1.36 × idle without it,
-//! 1.24 with the consumerds' connections replaced, and 1.19, 1.20, 1.20
-//! with the agents' too (anonymous memory 15 s after 4.0-4.3 MiB, against
-//! 3.2-3.5 once every peer has left and 2.0 idle: what stays is the
-//! scheduler's own, most of it freed memory on pages live blocks share).
+//! 1.24 with the consumerds' connections replaced, and 1.19, 1.20, 1.20,
+//! 1.19 with the agents' too (13b2327; 1.19 again with a consumerd's
+//! jobs registered under the connection's lock and an agent whose limit
+//! was cut keeping its connection; anonymous memory 15 s after 4.0-4.3
+//! MiB, against 3.2-3.5 once every peer has left and 2.0 idle: what stays
+//! is the scheduler's own, most of it freed memory on pages live blocks
+//! share). An agent whose token limit the scheduler cut keeps its
+//! connection: a new session starts at its first limit, and the optimizer
+//! would learn the cut again in the next build.
 //!
 //! Left out: other allocators (both functions do nothing without glibc).
 //! Tried as the `ccroute` binary's global allocator at dd497b3, `cargo

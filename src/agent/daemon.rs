@@ -14,7 +14,8 @@
 //! want ([`super::work`]). A connection that carried a load and has been
 //! quiet since, nothing running and nothing in doubt, is replaced by a new
 //! one at once, to give back the buffers both ends kept for it
-//! ([`crate::memory::Recycling`]).
+//! ([`crate::memory::Recycling`]) — unless the scheduler had cut its token
+//! limit, which a new connection would start above again.
 //!
 //! An agent whose scratch filesystem is nearly full ([`SCRATCH_LOW`] free
 //! while it compiles nothing, so the space is not its own compiles') would
@@ -311,7 +312,7 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                 tracing::info!(scheduler = %config.scheduler, limit, "connected to the scheduler");
                 last_error = None;
                 let connected = Instant::now();
-                match serve(&conn, writer, reader, &mut work, &mut sampler, &shutdown).await {
+                match serve(&conn, (writer, reader, limit), &mut work, &mut sampler, &shutdown).await {
                     Ended::Lost(e) => {
                         work.orphan();
                         tracing::warn!(
@@ -330,6 +331,8 @@ pub async fn run(mut config: AgentConfig, shutdown: CancellationToken) -> Result
                     }
                     Ended::Recycle => {
                         conn.close(net::CloseReason::Done.code(), b"agent recycling its connection");
+                        // A long connection: the next loss is met without delay.
+                        let _ = backoff.after_lost(connected.elapsed());
                         // Ids of tasks it answered were the connection's.
                         work.orphan();
                         tracing::info!(
@@ -502,8 +505,7 @@ async fn connect(
 /// filesystem too full to compile on.
 async fn serve(
     conn: &quinn::Connection,
-    writer: net::FrameWriter,
-    mut reader: net::FrameReader,
+    (writer, mut reader, first_limit): (net::FrameWriter, net::FrameReader, u32),
     work: &mut Work,
     sampler: &mut CpuSampler,
     shutdown: &CancellationToken,
@@ -520,6 +522,10 @@ async fn serve(
     work.heard(Instant::now());
     let mut received = conn.stats().udp_rx.datagrams;
     let mut recycling = memory::Recycling::new(Instant::now(), work.executor().started());
+    // The token limit the scheduler set last. One it cut below the first
+    // keeps the connection: a new one would start at the first again, and
+    // the optimizer learn the cut anew during the next build.
+    let mut limit = first_limit;
     let lost = loop {
         let frame: Frame = tokio::select! {
             next = reader.next() => match next {
@@ -567,7 +573,8 @@ async fn serve(
                 // A result in doubt (sent within `work::RETAIN` of the last
                 // packet heard) waits, without counting as work.
                 let busy = work.running() > 0 || work.held() > 0 || !senders.is_empty();
-                if recycling.observe(Instant::now(), work.executor().started(), busy) && work.settled() {
+                let replaceable = work.settled() && limit >= first_limit;
+                if recycling.observe(Instant::now(), work.executor().started(), busy) && replaceable {
                     break Ended::Recycle;
                 }
                 let sample = sampler.sample(executor.running(), executor.started());
@@ -597,7 +604,10 @@ async fn serve(
                     }
                 }
             }
-            Message::UsageLimit(u) => tracing::debug!(limit = u.limit, "token limit"),
+            Message::UsageLimit(u) => {
+                tracing::debug!(limit = u.limit, "token limit");
+                limit = u.limit;
+            }
             other => tracing::warn!(message = other.name(), "unexpected message from the scheduler"),
         }
     };

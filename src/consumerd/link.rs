@@ -33,7 +33,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -146,9 +146,17 @@ struct Connected {
 
 struct Inner {
     window: watch::Sender<u32>,
+    /// The connection; a task is registered in `pending` (and numbered)
+    /// under this lock, so that a connection found quiet under it has no
+    /// task on its way.
     current: Mutex<Option<Arc<Connected>>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
+    /// While a quiet connection is being replaced: jobs wait for the new
+    /// one ([`connection`]) instead of compiling here.
+    replacing: AtomicBool,
+    /// Told when `replacing` ends.
+    replaced: tokio::sync::Notify,
     /// Toolchains seen in jobs, announced to each new connection.
     toolchains: Mutex<Vec<Toolchain>>,
     announced: Mutex<HashSet<ToolchainKey>>,
@@ -197,6 +205,8 @@ impl Link {
             current: Mutex::new(None),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            replacing: AtomicBool::new(false),
+            replaced: tokio::sync::Notify::new(),
             toolchains: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             supply: Supply::default(),
@@ -267,7 +277,7 @@ impl Drop for Registration {
 }
 
 async fn compile(inner: Arc<Inner>, mut job: RemoteJob) -> Result<Compiled, RemoteError> {
-    let Some(conn) = lock(&inner.current).clone() else {
+    let Some(conn) = connection(&inner).await else {
         return Err(RemoteError::NotConnected);
     };
     let toolchain = job.toolchain.key();
@@ -417,6 +427,36 @@ async fn compile_inputs(
 
 /// Registers a task, sends it, and waits for its answer; `sources` are
 /// served to its agent while it runs.
+/// How long a job waits for the connection that replaces a quiet one
+/// before it compiles here: a scheduler that answers gives it in a few
+/// round trips.
+const REPLACE_WAIT: Duration = Duration::from_secs(2);
+
+/// The connection; while a quiet one is being replaced, the new one once
+/// it is made (at most [`REPLACE_WAIT`]). `None`: compile here.
+async fn connection(inner: &Inner) -> Option<Arc<Connected>> {
+    let deadline = tokio::time::Instant::now() + REPLACE_WAIT;
+    loop {
+        let replaced = inner.replaced.notified();
+        tokio::pin!(replaced);
+        replaced.as_mut().enable();
+        if let Some(conn) = lock(&inner.current).clone() {
+            return Some(conn);
+        }
+        if !inner.replacing.load(Ordering::Acquire) {
+            return None;
+        }
+        tokio::time::timeout_at(deadline, replaced).await.ok()?;
+    }
+}
+
+/// Ends replacing a connection (made, or not): jobs waiting go on.
+fn replacing_done(inner: &Inner) {
+    if inner.replacing.swap(false, Ordering::AcqRel) {
+        inner.replaced.notify_waiters();
+    }
+}
+
 async fn submit(
     inner: &Arc<Inner>,
     mut header: TaskHeader,
@@ -428,15 +468,21 @@ async fn submit(
     // `turn` was waited for before the task was registered: a task
     // registered is sent again on a new connection, and this one had not
     // been sent. The connection may have changed while it waited.
-    let Some(conn) = lock(&inner.current).clone() else {
-        return Err(RemoteError::NotConnected);
-    };
-    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-    header.task_id = id;
     let (tx, rx) = oneshot::channel();
-    // Registered before it is sent: the answer may come back at once.
-    let kept = Pending { waiter: tx, header: header.clone(), payload: packed.clone(), expected };
-    lock(&inner.pending).insert(id, kept);
+    let (conn, id) = loop {
+        if connection(inner).await.is_none() {
+            return Err(RemoteError::NotConnected);
+        }
+        // Numbered and registered under the connection's lock (see `Inner::current`).
+        let current = lock(&inner.current);
+        let Some(conn) = current.clone() else { continue };
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        header.task_id = id;
+        // Registered before it is sent: the answer may come back at once.
+        let kept = Pending { waiter: tx, header: header.clone(), payload: packed.clone(), expected };
+        lock(&inner.pending).insert(id, kept);
+        break (conn, id);
+    };
     if let Some(sources) = sources {
         inner.supply.register(id, sources);
     }
@@ -771,6 +817,7 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 let connected = Instant::now();
                 let again = in_flight_again(&inner);
                 *lock(&inner.current) = Some(conn.clone());
+                replacing_done(&inner);
                 // Answers are read while the tasks in flight are sent again
                 // (thousands of them may answer at once, from the cache); new
                 // jobs wait until they are sent, unless a limit came meanwhile.
@@ -793,7 +840,9 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                 // Why it ended, before our own close below overwrites it.
                 let why = conn.conn.close_reason().map_or_else(|| "shutting down".to_owned(), |e| e.to_string());
                 *lock(&inner.current) = None;
-                inner.window.send_replace(0);
+                if served != Served::Recycle {
+                    inner.window.send_replace(0);
+                }
                 lock(&inner.announced).clear();
                 let reason: &[u8] = if served == Served::Recycle {
                     b"consumerd recycling its connection"
@@ -823,13 +872,19 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                         );
                     }
                 }
+                let pause = backoff.after_lost(connected.elapsed());
                 if served == Served::Recycle {
                     Duration::ZERO
                 } else {
-                    backoff.after_lost(connected.elapsed())
+                    pause
                 }
             }
             Err(e) => {
+                // Jobs waiting for a replacement compile here.
+                if inner.replacing.load(Ordering::Acquire) {
+                    inner.window.send_replace(0);
+                    replacing_done(&inner);
+                }
                 // No retry can change a certificate or a version: say so once,
                 // compile everything here, and stop asking.
                 if let Some(what_to_do) = e.final_refusal() {
@@ -860,6 +915,7 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
             () = shutdown.cancelled() => {}
         }
     }
+    replacing_done(&inner);
     fail_pending(&inner);
 }
 
@@ -912,8 +968,14 @@ async fn serve(inner: &Arc<Inner>, conn: &Arc<Connected>, mut reader: net::Frame
     loop {
         let frame: Frame = tokio::select! {
             _ = recycle_tick.tick() => {
+                // Under the connection's lock no task can be registered on
+                // it: quiet here means none is on its way.
+                let mut current = lock(&inner.current);
                 let busy = !fetches.is_empty() || !lock(&inner.pending).is_empty();
                 if recycling.observe(Instant::now(), inner.next_id.load(Ordering::Relaxed), busy) {
+                    // Jobs from now on wait for the next connection.
+                    inner.replacing.store(true, Ordering::Release);
+                    *current = None;
                     return Served::Recycle;
                 }
                 continue;
