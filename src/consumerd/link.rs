@@ -1158,21 +1158,20 @@ mod tests {
         assert!(String::from_utf8_lossy(&own.parts.stderr).contains("expected ';'"));
     }
 
-    /// A large unit the scheduler answers from its cache has its text's
-    /// stream stopped unread, while the link is still writing it; the
-    /// answer comes on the control stream all the same and is the job's
-    /// (the job failed with "sending the task failed" before, its answer
-    /// dropped, and compiled again).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_large_unit_answered_from_the_cache_before_its_text_was_read_gets_that_answer() {
+    /// A scheduler with one agent of `agent_jobs` running the test
+    /// toolchain (its result cache in `cache_dir`, if any), and a link to
+    /// it whose window has opened.
+    async fn one_agent_and_a_link(
+        agent_jobs: u32,
+        cache_dir: Option<PathBuf>,
+    ) -> (crate::cluster::LocalCluster, Link, watch::Receiver<u32>) {
         use crate::cluster::{ClusterConfig, LocalCluster};
-        let cache = tempfile::tempdir().unwrap();
         let cluster = LocalCluster::start(ClusterConfig {
             agents: 1,
-            agent_jobs: 2,
+            agent_jobs,
             discover: false,
             test_toolchain: true,
-            cache_dir: Some(cache.path().to_path_buf()),
+            cache_dir,
             tune_agents: false,
             consumerd: false,
             ..ClusterConfig::default()
@@ -1182,6 +1181,18 @@ mod tests {
         let link = cluster.link(Arc::new(Stats::default())).unwrap();
         let mut window = link.window();
         tokio::time::timeout(Duration::from_secs(60), window.wait_for(|w| *w > 0)).await.unwrap().unwrap();
+        (cluster, link, window)
+    }
+
+    /// A large unit the scheduler answers from its cache has its text's
+    /// stream stopped unread, while the link is still writing it; the
+    /// answer comes on the control stream all the same and is the job's
+    /// (the job failed with "sending the task failed" before, its answer
+    /// dropped, and compiled again).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_unit_answered_from_the_cache_before_its_text_was_read_gets_that_answer() {
+        let cache = tempfile::tempdir().unwrap();
+        let (cluster, link, _) = one_agent_and_a_link(2, Some(cache.path().to_path_buf())).await;
         // Incompressible, and three times the scheduler's stream window: its
         // stream cannot be written whole before the scheduler reads it.
         let window_bytes = TransportOptions::default().stream_receive_window as usize;
@@ -1220,21 +1231,8 @@ mod tests {
     /// the agent over the new connections.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connection_quiet_after_a_load_is_replaced_and_serves_on() {
-        use crate::cluster::{wait_for, ClusterConfig, LocalCluster};
-        let cluster = LocalCluster::start(ClusterConfig {
-            agents: 1,
-            agent_jobs: 64,
-            discover: false,
-            test_toolchain: true,
-            tune_agents: false,
-            consumerd: false,
-            ..ClusterConfig::default()
-        })
-        .await
-        .unwrap();
-        let link = cluster.link(Arc::new(Stats::default())).unwrap();
-        let mut window = link.window();
-        tokio::time::timeout(Duration::from_secs(60), window.wait_for(|w| *w > 0)).await.unwrap().unwrap();
+        use crate::cluster::wait_for;
+        let (cluster, link, mut window) = one_agent_and_a_link(64, None).await;
         let job = |n: u64| RemoteJob {
             compiler: "/usr/bin/ccroute-test".into(),
             toolchain: Arc::new(crate::toolchain::test_toolchain()),
