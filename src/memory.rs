@@ -55,7 +55,8 @@
 //! 1.24 with the consumerds' connections replaced, and 1.19, 1.20, 1.20,
 //! 1.19 with the agents' too (13b2327; 1.19 again with a consumerd's
 //! jobs registered under the connection's lock and an agent whose limit
-//! was cut keeping its connection; anonymous memory 15 s after 4.0-4.3
+//! was cut keeping its connection, at 1c8b221; 1.19, 1.21 and 1.23 at
+//! 37b1b88: on the target, not under it; anonymous memory 15 s after 4.0-4.3
 //! MiB, against 3.2-3.5 once every peer has left and 2.0 idle: what stays
 //! is the scheduler's own, most of it freed memory on pages live blocks
 //! share). An agent whose token limit the scheduler cut keeps its
