@@ -573,7 +573,7 @@ async fn serve(
                 // A result in doubt (sent within `work::RETAIN` of the last
                 // packet heard) waits, without counting as work.
                 let busy = work.running() > 0 || work.held() > 0 || !senders.is_empty();
-                let replaceable = work.settled() && limit >= first_limit;
+                let replaceable = !work.results_in_doubt() && limit >= first_limit;
                 if recycling.observe(Instant::now(), work.executor().started(), busy) && replaceable {
                     break Ended::Recycle;
                 }

@@ -392,10 +392,11 @@ impl Work {
         self.held.len()
     }
 
-    /// Whether the connection could end now and lose nothing: nothing
-    /// runs, nothing is kept for adoption, no result sent is in doubt.
-    pub fn settled(&self) -> bool {
-        self.running.is_empty() && self.held.is_empty() && !self.recent.iter().any(|sent| self.in_doubt(sent.at))
+    /// Whether a result sent lately may not have reached the scheduler
+    /// (sent within [`RETAIN`] of the last packet heard): a connection
+    /// ended now could lose it.
+    pub fn results_in_doubt(&self) -> bool {
+        self.recent.iter().any(|sent| self.in_doubt(sent.at))
     }
 
     /// `id` is about to be run again: a compile still running under it is

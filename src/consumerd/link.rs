@@ -850,7 +850,8 @@ async fn keep_connected(inner: Arc<Inner>, config: LinkConfig, stats: Arc<Stats>
                     b"consumerd leaving or lost"
                 };
                 conn.conn.close(net::CloseReason::Done.code(), reason);
-                // A job registered as the connection was given up on is sent again on the next.
+                // Tasks still pending (never any after a replacement) are sent
+                // again on the next connection, or compile here once the grace ends.
                 let in_flight = lock(&inner.pending).len();
                 if shutdown.is_cancelled() {
                     fail_pending(&inner);
