@@ -460,6 +460,16 @@ pub fn payload_deadline(len: u64) -> Duration {
     PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(len / PAYLOAD_MIN_RATE)
 }
 
+/// [`payload_deadline`] for a payload queued behind others: its connection
+/// delivered `meanwhile` bytes since it was admitted, and a sender that
+/// sends its streams in turn sends those first. A stream is stalled when
+/// its connection is, not when it waits its turn; its time still ends at
+/// the deadline of the largest payload allowed (`max_payload`), so that
+/// what is reserved for it is not held for ever.
+pub fn queued_payload_deadline(len: u64, meanwhile: u64, max_payload: u64) -> Duration {
+    payload_deadline(len.saturating_add(meanwhile)).min(payload_deadline(len.max(max_payload)))
+}
+
 /// Sends one frame on a new uni stream and finishes it: for a payload larger
 /// than [`INLINE_PAYLOAD_MAX`]. Returns once quinn has taken all the bytes
 /// (flow control permitting), not when the peer has them.
@@ -627,7 +637,8 @@ impl<T: Send + 'static> GatedFrames<T> {
                 }
                 accepted = self.conn.accept_uni() => match accepted {
                     Ok(recv) => {
-                        self.reads.spawn(read_gated_frame(recv, peer, self.limits, self.gate.clone()));
+                        let conn = self.conn.clone();
+                        self.reads.spawn(read_gated_frame(recv, conn, self.limits, self.gate.clone()));
                     }
                     Err(e) => self.lost = Some(e),
                 },
@@ -650,10 +661,11 @@ fn unfinished(peer: SocketAddr, message: Message, e: NetError) -> NetError {
 /// the payload.
 async fn read_gated_frame<T>(
     recv: RecvStream,
-    peer: SocketAddr,
+    conn: Connection,
     limits: Limits,
     gate: GateFn<T>,
 ) -> Result<Gated<T>, NetError> {
+    let peer = conn.remote_address();
     let mut reader = FrameReader::new(recv, peer, limits);
     let Some(message) = reader.next_header().await? else {
         return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
@@ -668,11 +680,30 @@ async fn read_gated_frame<T>(
             // A peer that declares a payload and stops sending it must not
             // hold the budget reserved for it for as long as it stays connected.
             let len = message.payload_len();
-            let after = payload_deadline(len);
-            let payload = match tokio::time::timeout(after, reader.payload()).await {
-                Ok(Ok(payload)) => payload,
-                Ok(Err(e)) => return Err(unfinished(peer, message, e)),
-                Err(_) => {
+            let admitted = tokio::time::Instant::now();
+            let received_then = conn.stats().udp_rx.bytes;
+            let mut after = payload_deadline(len);
+            let read = {
+                let payload = reader.payload();
+                tokio::pin!(payload);
+                loop {
+                    match tokio::time::timeout_at(admitted + after, &mut payload).await {
+                        Ok(read) => break Some(read),
+                        Err(_) => {
+                            let meanwhile = conn.stats().udp_rx.bytes.saturating_sub(received_then);
+                            let queued = queued_payload_deadline(len, meanwhile, limits.max_payload);
+                            if queued <= after {
+                                break None;
+                            }
+                            after = queued;
+                        }
+                    }
+                }
+            };
+            let payload = match read {
+                Some(Ok(payload)) => payload,
+                Some(Err(e)) => return Err(unfinished(peer, message, e)),
+                None => {
                     reader.stop(CloseReason::ProtocolError);
                     drop(token);
                     return Err(NetError::PayloadStalled { peer, message: Box::new(message), len, after });

@@ -44,7 +44,7 @@ pub use framed::{
     accept_frames, accept_gated_frames, send_on_new_stream, send_on_new_stream_then, send_sized, Admission,
     FrameReader, FrameWriter, Gated, GatedFrames, Outgoing, StreamOptions, TrySendError, UniFrames, INLINE_PAYLOAD_MAX,
 };
-pub use framed::{payload_deadline, PAYLOAD_DEADLINE_FLOOR, PAYLOAD_MIN_RATE};
+pub use framed::{payload_deadline, queued_payload_deadline, PAYLOAD_DEADLINE_FLOOR, PAYLOAD_MIN_RATE};
 pub use handshake::{accept_hello, client_handshake, dial, random_id, system_info, ServerHandshake, HANDSHAKE_TIMEOUT};
 /// The QUIC types the API above hands out.
 pub use quinn::{Connection, Endpoint};

@@ -509,6 +509,100 @@ async fn a_full_writer_queue_hands_the_frame_back_and_nothing_is_lost() {
     assert_eq!(mismatch.to_string(), format!("a task to {target} declares 5 payload bytes but carries 4"));
 }
 
+/// A payload is given time for what its connection delivers meanwhile, up
+/// to the deadline of the largest payload allowed, and a stream alone on a
+/// quiet connection still stalls at the floor.
+#[test]
+fn a_queued_payload_is_given_time_for_what_its_connection_delivers_first() {
+    let max = 64 << 20;
+    assert_eq!(queued_payload_deadline(1000, 0, max), PAYLOAD_DEADLINE_FLOOR);
+    assert_eq!(queued_payload_deadline(1000, 30 << 20, max), PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(30));
+    assert_eq!(queued_payload_deadline(1000, u64::MAX, max), payload_deadline(max));
+    assert_eq!(queued_payload_deadline(max + 1, 0, max), payload_deadline(max + 1));
+}
+
+/// A payload whose first KiB came at once and whose rest waits its turn
+/// behind other streams the connection keeps delivering (at twice the
+/// slowest rate accepted) arrives whole, past the floor: it was queued, not
+/// stalled. Then a payload that stops with nothing else arriving is dropped
+/// once the floor passes. (Before, the first one was dropped at the floor
+/// too: a sender running far ahead lost sources that were only waiting.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_waiting_behind_others_is_not_taken_for_stalled() {
+    let cluster = Cluster::new();
+    let opts = TransportOptions::default();
+    let sched = server(&cluster.identity(CertRole::Scheduler), &opts);
+    let target = addr_of(&sched);
+    let ep = client(&cluster.identity(CertRole::Consumerd), &opts, target);
+    let (served, client_side) = tokio::join!(serve_one(&sched), async {
+        let conn = connect(&ep, target).await.unwrap();
+        let (w, r, _) = client_handshake(&conn, &hello(Role::Consumerd, PROTOCOL_VERSION), &StreamOptions::default())
+            .await
+            .unwrap();
+        (conn, w, r)
+    });
+    let served = served.unwrap().unwrap();
+    let (conn, _writer, _reader) = client_side;
+    let mut uni = accept_frames(served.conn.clone(), Default::default());
+    const WAITING: usize = 4096;
+    const OTHER: usize = 200 << 10;
+    let whole = pattern(WAITING);
+
+    let started = Instant::now();
+    let mut header = BytesMut::new();
+    ccroute_wire::encode_header(&task(1, WAITING), &mut header);
+    let mut waiting = conn.open_uni().await.unwrap();
+    waiting.write_all(&header).await.unwrap();
+    waiting.write_all(&whole[..1024]).await.unwrap();
+    // 10 streams of 200 KiB a second (2 MiB/s) until the floor is well past.
+    let others = {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            let mut id = 2;
+            while started.elapsed() < PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(2) {
+                send_on_new_stream(&conn, &task(id, OTHER), pattern(OTHER)).await.unwrap();
+                id += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            id - 2
+        })
+    };
+    let mut arrived = 0;
+    let finisher = async {
+        let sent = others.await.unwrap();
+        waiting.write_all(&whole[1024..]).await.unwrap();
+        waiting.finish().unwrap();
+        sent
+    };
+    let reading = async {
+        loop {
+            let frame = uni.next().await.unwrap().expect("every payload arrives: none is taken for stalled");
+            if frame.message == task(1, WAITING) {
+                assert!(frame.payload == whole);
+                break;
+            }
+            assert_eq!(frame.payload.len(), OTHER);
+            arrived += 1;
+        }
+    };
+    let (sent, ()) = tokio::join!(finisher, reading);
+    assert_eq!(arrived, sent);
+    assert!(started.elapsed() > PAYLOAD_DEADLINE_FLOOR, "the test must outlast the floor to mean anything");
+
+    // Alone on a quiet connection, a payload that stops is stalled.
+    let stopped_at = Instant::now();
+    let mut header = BytesMut::new();
+    ccroute_wire::encode_header(&task(99, WAITING), &mut header);
+    let mut stalled = conn.open_uni().await.unwrap();
+    stalled.write_all(&header).await.unwrap();
+    stalled.write_all(&whole[..1024]).await.unwrap();
+    let err = uni.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, NetError::PayloadStalled { len, .. } if len == WAITING as u64), "{err}");
+    let waited = stopped_at.elapsed();
+    assert!(waited >= PAYLOAD_DEADLINE_FLOOR, "dropped after {waited:?}");
+    drop(stalled);
+}
+
 /// The order is forced, not raced: the large payload is on the wire and held
 /// there (the scheduler does not take uni streams yet, so the stream's window
 /// stops it partway) before the first small frame goes, and half the small

@@ -11,7 +11,8 @@
 //! are capped by the transport: a peer may have at most
 //! `TransportOptions::max_concurrent_uni_streams` (64) streams open, and a
 //! payload that stops arriving is dropped at its deadline
-//! (`net::payload_deadline`). The owner
+//! (`net::queued_payload_deadline`: one that waits its turn behind others
+//! the connection is delivering is not stopped). The owner
 //! task submits each task to the core under the consumerd's own id, and
 //! sends each answer back under that id — small ones on the control stream,
 //! large objects on a stream of their own, spawned so that the loop never
