@@ -113,7 +113,11 @@ pub enum NetError {
     /// `len` bytes came within `after` ([`crate::net::payload_deadline`]).
     /// Its budget is given back; the frame's header is here so that its
     /// task can be answered.
-    #[error("the {len}-byte payload of a {} from {peer} did not arrive within {after:?}", message.name())]
+    #[error(
+        "the {len}-byte payload of a {} from {peer} did not arrive within {after:?} \
+         ({received} bytes of it came; the connection delivered {meanwhile} bytes meanwhile)",
+        message.name()
+    )]
     PayloadStalled {
         /// The other side.
         peer: SocketAddr,
@@ -123,6 +127,11 @@ pub enum NetError {
         len: u64,
         /// How long it was given.
         after: Duration,
+        /// How much of the payload had come.
+        received: u64,
+        /// What the connection delivered in that time (every stream): a
+        /// queued payload's time grows with it ([`crate::net::queued_payload_deadline`]).
+        meanwhile: u64,
     },
     /// A frame on a stream of its own whose header was read but whose
     /// payload could not be (the stream was reset, ended short, or carried

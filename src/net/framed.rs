@@ -176,6 +176,11 @@ impl FrameReader {
         Ok(ccroute_wire::frame::take_payload(&mut self.buf, len))
     }
 
+    /// Bytes read and not yet taken as a frame.
+    fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Lets go of an empty buffer. Frames are split off the buffer, so an
     /// empty `BytesMut` still shares the allocation of the last ones read (its
     /// own capacity is only that allocation's tail): kept, it would hold the
@@ -704,9 +709,12 @@ async fn read_gated_frame<T>(
                 Some(Ok(payload)) => payload,
                 Some(Err(e)) => return Err(unfinished(peer, message, e)),
                 None => {
+                    let received = reader.buffered() as u64;
+                    let meanwhile = conn.stats().udp_rx.bytes.saturating_sub(received_then);
                     reader.stop(CloseReason::ProtocolError);
                     drop(token);
-                    return Err(NetError::PayloadStalled { peer, message: Box::new(message), len, after });
+                    let message = Box::new(message);
+                    return Err(NetError::PayloadStalled { peer, message, len, after, received, meanwhile });
                 }
             };
             match reader.next_header().await {

@@ -597,7 +597,10 @@ async fn a_payload_waiting_behind_others_is_not_taken_for_stalled() {
     stalled.write_all(&header).await.unwrap();
     stalled.write_all(&whole[..1024]).await.unwrap();
     let err = uni.next().await.unwrap().unwrap_err();
-    assert!(matches!(err, NetError::PayloadStalled { len, .. } if len == WAITING as u64), "{err}");
+    assert!(
+        matches!(err, NetError::PayloadStalled { len, received, .. } if len == WAITING as u64 && received == 1024),
+        "{err}"
+    );
     let waited = stopped_at.elapsed();
     assert!(waited >= PAYLOAD_DEADLINE_FLOOR, "dropped after {waited:?}");
     drop(stalled);
