@@ -43,12 +43,13 @@ pub const HELD_MAX_BYTES: usize = 64 << 20;
 pub const HELD_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long a cancel for a task that has not arrived waits for it (a cancel
 /// on the control stream can overtake a task sent on a stream of its own,
-/// which may take up to its payload's deadline to arrive), and how long an
+/// which may take up to its payload's deadline to arrive, longer when it
+/// waits behind others: `net::queued_payload_deadline`), and how long an
 /// answered id is remembered (a cancel that crossed the answer on the wire
 /// is then known to be for that run, not a later one; an answer is
 /// remembered when it is queued, and a large object may take up to its
-/// deadline to go). Longer than the deadline of the largest payload
-/// (checked by a test). The cost of its length: a real early cancel for a
+/// deadline to go). Longer than the latest deadline any payload of the
+/// wire's size can have, queued or not (checked by a test). The cost of its length: a real early cancel for a
 /// run sent within it after an answer under the same id is taken for a
 /// crossed one, and that run goes to its end (a compile wasted, as before
 /// early cancels were kept); the opposite mistake would refuse a run the
@@ -689,7 +690,13 @@ mod tests {
     /// carry; an object past the wire's limit is answered as an error.
     #[test]
     fn early_cancels_outlast_the_largest_payload_and_oversized_objects_are_refused() {
-        let slowest = crate::net::payload_deadline(ccroute_wire::Limits::DEFAULT.max_payload);
+        let max = ccroute_wire::Limits::DEFAULT.max_payload;
+        let slowest = crate::net::queued_payload_deadline(max, u64::MAX);
+        assert_eq!(
+            slowest,
+            crate::net::queued_payload_deadline(1, u64::MAX),
+            "the queued cap is the same for all sizes"
+        );
         assert!(EARLY_CANCEL_FOR > slowest + Duration::from_secs(10), "{slowest:?}");
         let max = usize::try_from(ccroute_wire::Limits::DEFAULT.max_payload).unwrap();
         let ok = ResultHeader::bare(4, Outcome::Success);

@@ -110,7 +110,7 @@ pub enum NetError {
         peer: SocketAddr,
     },
     /// A payload on a stream of its own stopped arriving: not all of its
-    /// `len` bytes came within `after` ([`crate::net::payload_deadline`]).
+    /// `len` bytes came within `after` ([`crate::net::queued_payload_deadline`]).
     /// Its budget is given back; the frame's header is here so that its
     /// task can be answered.
     #[error(

@@ -17,6 +17,8 @@
 use std::fmt;
 use std::mem;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -63,6 +65,16 @@ pub struct FrameReader {
     pending: Option<usize>,
     chunks: Vec<Bytes>,
     peer: SocketAddr,
+    /// Where the bytes read are counted: this stream's, and the
+    /// connection's ([`queued_payload_deadline`]).
+    counted: Option<ReadCounts>,
+}
+
+/// Bytes read off one stream, and off every stream of its connection.
+#[derive(Debug, Clone, Default)]
+struct ReadCounts {
+    stream: Arc<AtomicU64>,
+    connection: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -90,6 +102,7 @@ impl FrameReader {
             pending: None,
             chunks: vec![Bytes::new(); READ_CHUNKS],
             peer,
+            counted: None,
         }
     }
 
@@ -198,8 +211,14 @@ impl FrameReader {
     async fn fill(&mut self) -> Result<bool, NetError> {
         match self.recv.read_chunks(&mut self.chunks).await {
             Ok(Some(n)) => {
+                let before = self.buf.len();
                 for chunk in &mut self.chunks[..n] {
                     self.buf.extend_from_slice(&mem::take(chunk));
+                }
+                if let Some(counts) = &self.counted {
+                    let read = (self.buf.len() - before) as u64;
+                    counts.stream.fetch_add(read, Ordering::Relaxed);
+                    counts.connection.fetch_add(read, Ordering::Relaxed);
                 }
                 Ok(true)
             }
@@ -456,7 +475,9 @@ fn check_payload(peer: SocketAddr, message: &Message, payload: &Bytes) -> Result
 
 /// The least time a payload on a stream of its own is given to arrive.
 pub const PAYLOAD_DEADLINE_FLOOR: Duration = Duration::from_secs(10);
-/// The slowest rate a payload may arrive at, bytes per second, past the floor.
+/// The slowest rate a payload may arrive at, bytes per second, past the
+/// floor (counting, for one queued behind others, what they delivered:
+/// [`queued_payload_deadline`]).
 pub const PAYLOAD_MIN_RATE: u64 = 1 << 20;
 
 /// How long a payload of `len` bytes on a stream of its own may take: the
@@ -465,14 +486,17 @@ pub fn payload_deadline(len: u64) -> Duration {
     PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(len / PAYLOAD_MIN_RATE)
 }
 
-/// [`payload_deadline`] for a payload queued behind others: its connection
-/// delivered `meanwhile` bytes since it was admitted, and a sender that
-/// sends its streams in turn sends those first. A stream is stalled when
-/// its connection is, not when it waits its turn; its time still ends at
-/// the deadline of the largest payload allowed (`max_payload`), so that
-/// what is reserved for it is not held for ever.
-pub fn queued_payload_deadline(len: u64, meanwhile: u64, max_payload: u64) -> Duration {
-    payload_deadline(len.saturating_add(meanwhile)).min(payload_deadline(len.max(max_payload)))
+/// [`payload_deadline`] for a payload queued behind others: the other
+/// streams of its connection delivered `meanwhile` bytes of payload since
+/// it was admitted (read off their streams, so neither junk nor
+/// keep-alives count), and a sender that sends its streams in turn sends
+/// those first. A stream is stalled when its connection is, not when it
+/// waits its turn. Its time still ends at the deadline of the wire's
+/// largest payload ([`Limits::DEFAULT`]: 74 s) or at its own, whichever is
+/// later, so that what is reserved for it is not held for ever.
+pub fn queued_payload_deadline(len: u64, meanwhile: u64) -> Duration {
+    let cap = payload_deadline(len).max(payload_deadline(Limits::DEFAULT.max_payload));
+    payload_deadline(len.saturating_add(meanwhile)).min(cap)
 }
 
 /// Sends one frame on a new uni stream and finishes it: for a payload larger
@@ -593,7 +617,7 @@ where
     F: std::future::Future<Output = (Message, Admission<T>)> + Send + 'static,
 {
     let gate: GateFn<T> = std::sync::Arc::new(move |m| Box::pin(gate(m)));
-    GatedFrames { conn, limits, gate, reads: JoinSet::new(), lost: None, done: false }
+    GatedFrames { conn, limits, gate, reads: JoinSet::new(), delivered: Arc::default(), lost: None, done: false }
 }
 
 type GateFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = (Message, Admission<T>)> + Send>>;
@@ -605,6 +629,8 @@ pub struct GatedFrames<T> {
     limits: Limits,
     gate: GateFn<T>,
     reads: JoinSet<Result<Gated<T>, NetError>>,
+    /// Payload bytes read off the connection's streams.
+    delivered: Arc<AtomicU64>,
     lost: Option<ConnectionError>,
     done: bool,
 }
@@ -642,8 +668,8 @@ impl<T: Send + 'static> GatedFrames<T> {
                 }
                 accepted = self.conn.accept_uni() => match accepted {
                     Ok(recv) => {
-                        let conn = self.conn.clone();
-                        self.reads.spawn(read_gated_frame(recv, conn, self.limits, self.gate.clone()));
+                        let delivered = self.delivered.clone();
+                        self.reads.spawn(read_gated_frame(recv, peer, delivered, self.limits, self.gate.clone()));
                     }
                     Err(e) => self.lost = Some(e),
                 },
@@ -666,12 +692,14 @@ fn unfinished(peer: SocketAddr, message: Message, e: NetError) -> NetError {
 /// the payload.
 async fn read_gated_frame<T>(
     recv: RecvStream,
-    conn: Connection,
+    peer: SocketAddr,
+    delivered: Arc<AtomicU64>,
     limits: Limits,
     gate: GateFn<T>,
 ) -> Result<Gated<T>, NetError> {
-    let peer = conn.remote_address();
+    let counts = ReadCounts { stream: Arc::default(), connection: delivered };
     let mut reader = FrameReader::new(recv, peer, limits);
+    reader.counted = Some(counts.clone());
     let Some(message) = reader.next_header().await? else {
         return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
     };
@@ -686,7 +714,13 @@ async fn read_gated_frame<T>(
             // hold the budget reserved for it for as long as it stays connected.
             let len = message.payload_len();
             let admitted = tokio::time::Instant::now();
-            let received_then = conn.stats().udp_rx.bytes;
+            let read = |c: &Arc<AtomicU64>| c.load(Ordering::Relaxed);
+            let then = (read(&counts.connection), read(&counts.stream));
+            // What the connection's other streams delivered since.
+            let others = || {
+                let all = read(&counts.connection).saturating_sub(then.0);
+                all.saturating_sub(read(&counts.stream).saturating_sub(then.1))
+            };
             let mut after = payload_deadline(len);
             let read = {
                 let payload = reader.payload();
@@ -695,8 +729,7 @@ async fn read_gated_frame<T>(
                     match tokio::time::timeout_at(admitted + after, &mut payload).await {
                         Ok(read) => break Some(read),
                         Err(_) => {
-                            let meanwhile = conn.stats().udp_rx.bytes.saturating_sub(received_then);
-                            let queued = queued_payload_deadline(len, meanwhile, limits.max_payload);
+                            let queued = queued_payload_deadline(len, others());
                             if queued <= after {
                                 break None;
                             }
@@ -710,7 +743,7 @@ async fn read_gated_frame<T>(
                 Some(Err(e)) => return Err(unfinished(peer, message, e)),
                 None => {
                     let received = reader.buffered() as u64;
-                    let meanwhile = conn.stats().udp_rx.bytes.saturating_sub(received_then);
+                    let meanwhile = others();
                     reader.stop(CloseReason::ProtocolError);
                     drop(token);
                     let message = Box::new(message);

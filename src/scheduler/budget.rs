@@ -17,7 +17,9 @@
 //!   take what the others need. Never less than [`MIN_SHARE_PARTS`]`⁻¹` of the
 //!   budget (16 MiB of the default 256 MiB), so a big source still fits with
 //!   hundreds of consumerds connected; past that many stalling peers, their
-//!   stall deadlines are what gives the bytes back.
+//!   stall deadlines are what gives the bytes back (`net::queued_payload_deadline`:
+//!   10 s and the payload's size at 1 MiB/s, longer while the peer's other
+//!   streams deliver, never past 74 s for a payload of the wire's size).
 //! - **all its bytes**, arrived ones included (sources waiting or being
 //!   compiled, kept for a requeue): the budget less a [`MIN_SHARE_PARTS`]`⁻¹`
 //!   part for each other share and one for a newcomer. A sole consumerd

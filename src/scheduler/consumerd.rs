@@ -12,7 +12,7 @@
 //! `TransportOptions::max_concurrent_uni_streams` (64) streams open, and a
 //! payload that stops arriving is dropped at its deadline
 //! (`net::queued_payload_deadline`: one that waits its turn behind others
-//! the connection is delivering is not stopped). The owner
+//! the connection is delivering is given their time too, up to 74 s). The owner
 //! task submits each task to the core under the consumerd's own id, and
 //! sends each answer back under that id — small ones on the control stream,
 //! large objects on a stream of their own, spawned so that the loop never
