@@ -691,10 +691,10 @@ mod tests {
     #[test]
     fn early_cancels_outlast_the_largest_payload_and_oversized_objects_are_refused() {
         let max = ccroute_wire::Limits::DEFAULT.max_payload;
-        let slowest = crate::net::queued_payload_deadline(max, u64::MAX);
+        let slowest = crate::net::queued_payload_deadline(max, u64::MAX, max);
         assert_eq!(
             slowest,
-            crate::net::queued_payload_deadline(1, u64::MAX),
+            crate::net::queued_payload_deadline(1, u64::MAX, max),
             "the queued cap is the same for all sizes"
         );
         assert!(EARLY_CANCEL_FOR > slowest + Duration::from_secs(10), "{slowest:?}");

@@ -115,7 +115,7 @@ pub enum NetError {
     /// task can be answered.
     #[error(
         "the {len}-byte payload of a {} from {peer} did not arrive within {after:?} \
-         ({received} bytes of it came; the connection delivered {meanwhile} bytes meanwhile)",
+         ({received} bytes of it came; its connection received {meanwhile} other bytes meanwhile)",
         message.name()
     )]
     PayloadStalled {
@@ -129,7 +129,7 @@ pub enum NetError {
         after: Duration,
         /// How much of the payload had come.
         received: u64,
-        /// What the connection delivered in that time (every stream): a
+        /// What its connection received in that time besides its bytes: a
         /// queued payload's time grows with it ([`crate::net::queued_payload_deadline`]).
         meanwhile: u64,
     },

@@ -65,16 +65,9 @@ pub struct FrameReader {
     pending: Option<usize>,
     chunks: Vec<Bytes>,
     peer: SocketAddr,
-    /// Where the bytes read are counted: this stream's, and the
-    /// connection's ([`queued_payload_deadline`]).
-    counted: Option<ReadCounts>,
-}
-
-/// Bytes read off one stream, and off every stream of its connection.
-#[derive(Debug, Clone, Default)]
-struct ReadCounts {
-    stream: Arc<AtomicU64>,
-    connection: Arc<AtomicU64>,
+    /// Where the bytes read off the stream are counted, when someone
+    /// watches ([`queued_payload_deadline`]).
+    counted: Option<Arc<AtomicU64>>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -215,10 +208,8 @@ impl FrameReader {
                 for chunk in &mut self.chunks[..n] {
                     self.buf.extend_from_slice(&mem::take(chunk));
                 }
-                if let Some(counts) = &self.counted {
-                    let read = (self.buf.len() - before) as u64;
-                    counts.stream.fetch_add(read, Ordering::Relaxed);
-                    counts.connection.fetch_add(read, Ordering::Relaxed);
+                if let Some(counted) = &self.counted {
+                    counted.fetch_add((self.buf.len() - before) as u64, Ordering::Relaxed);
                 }
                 Ok(true)
             }
@@ -476,8 +467,8 @@ fn check_payload(peer: SocketAddr, message: &Message, payload: &Bytes) -> Result
 /// The least time a payload on a stream of its own is given to arrive.
 pub const PAYLOAD_DEADLINE_FLOOR: Duration = Duration::from_secs(10);
 /// The slowest rate a payload may arrive at, bytes per second, past the
-/// floor (counting, for one queued behind others, what they delivered:
-/// [`queued_payload_deadline`]).
+/// floor (counting, for one queued behind others, what its connection
+/// received meanwhile: [`queued_payload_deadline`]).
 pub const PAYLOAD_MIN_RATE: u64 = 1 << 20;
 
 /// How long a payload of `len` bytes on a stream of its own may take: the
@@ -486,17 +477,18 @@ pub fn payload_deadline(len: u64) -> Duration {
     PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(len / PAYLOAD_MIN_RATE)
 }
 
-/// [`payload_deadline`] for a payload queued behind others: the other
-/// streams of its connection delivered `meanwhile` bytes of payload since
-/// it was admitted (read off their streams, so neither junk nor
-/// keep-alives count), and a sender that sends its streams in turn sends
-/// those first. A stream is stalled when its connection is, not when it
-/// waits its turn. Its time still ends at the deadline of the wire's
-/// largest payload ([`Limits::DEFAULT`]: 74 s) or at its own, whichever is
-/// later, so that what is reserved for it is not held for ever.
-pub fn queued_payload_deadline(len: u64, meanwhile: u64) -> Duration {
-    let cap = payload_deadline(len).max(payload_deadline(Limits::DEFAULT.max_payload));
-    payload_deadline(len.saturating_add(meanwhile)).min(cap)
+/// [`payload_deadline`] for a payload queued behind others: its connection
+/// received `meanwhile` bytes besides its own since it was admitted (other
+/// payload streams, the control stream's inline frames, toolchain
+/// fetches), and a sender that sends its streams in turn sends those
+/// first. A stream is stalled when its connection is, not when it waits
+/// its turn. Its time still ends at the deadline of the largest payload
+/// the reader takes (`max_payload`: 74 s for [`Limits::DEFAULT`]'s
+/// 64 MiB), so that what is reserved for it is not held for ever: a peer
+/// that keeps sending (junk included) holds a stream no longer than one
+/// that declares the largest payload and trickles it.
+pub fn queued_payload_deadline(len: u64, meanwhile: u64, max_payload: u64) -> Duration {
+    payload_deadline(len.saturating_add(meanwhile)).min(payload_deadline(len.max(max_payload)))
 }
 
 /// Sends one frame on a new uni stream and finishes it: for a payload larger
@@ -617,7 +609,7 @@ where
     F: std::future::Future<Output = (Message, Admission<T>)> + Send + 'static,
 {
     let gate: GateFn<T> = std::sync::Arc::new(move |m| Box::pin(gate(m)));
-    GatedFrames { conn, limits, gate, reads: JoinSet::new(), delivered: Arc::default(), lost: None, done: false }
+    GatedFrames { conn, limits, gate, reads: JoinSet::new(), lost: None, done: false }
 }
 
 type GateFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = (Message, Admission<T>)> + Send>>;
@@ -629,8 +621,6 @@ pub struct GatedFrames<T> {
     limits: Limits,
     gate: GateFn<T>,
     reads: JoinSet<Result<Gated<T>, NetError>>,
-    /// Payload bytes read off the connection's streams.
-    delivered: Arc<AtomicU64>,
     lost: Option<ConnectionError>,
     done: bool,
 }
@@ -668,8 +658,8 @@ impl<T: Send + 'static> GatedFrames<T> {
                 }
                 accepted = self.conn.accept_uni() => match accepted {
                     Ok(recv) => {
-                        let delivered = self.delivered.clone();
-                        self.reads.spawn(read_gated_frame(recv, peer, delivered, self.limits, self.gate.clone()));
+                        let conn = self.conn.clone();
+                        self.reads.spawn(read_gated_frame(recv, conn, self.limits, self.gate.clone()));
                     }
                     Err(e) => self.lost = Some(e),
                 },
@@ -692,14 +682,14 @@ fn unfinished(peer: SocketAddr, message: Message, e: NetError) -> NetError {
 /// the payload.
 async fn read_gated_frame<T>(
     recv: RecvStream,
-    peer: SocketAddr,
-    delivered: Arc<AtomicU64>,
+    conn: Connection,
     limits: Limits,
     gate: GateFn<T>,
 ) -> Result<Gated<T>, NetError> {
-    let counts = ReadCounts { stream: Arc::default(), connection: delivered };
+    let peer = conn.remote_address();
+    let own = Arc::new(AtomicU64::new(0));
     let mut reader = FrameReader::new(recv, peer, limits);
-    reader.counted = Some(counts.clone());
+    reader.counted = Some(own.clone());
     let Some(message) = reader.next_header().await? else {
         return Err(NetError::Protocol { peer, detail: "a payload stream ended without a frame".into() });
     };
@@ -714,12 +704,11 @@ async fn read_gated_frame<T>(
             // hold the budget reserved for it for as long as it stays connected.
             let len = message.payload_len();
             let admitted = tokio::time::Instant::now();
-            let read = |c: &Arc<AtomicU64>| c.load(Ordering::Relaxed);
-            let then = (read(&counts.connection), read(&counts.stream));
-            // What the connection's other streams delivered since.
+            // What the connection received since, less this stream's bytes.
+            let then = (conn.stats().udp_rx.bytes, own.load(Ordering::Relaxed));
             let others = || {
-                let all = read(&counts.connection).saturating_sub(then.0);
-                all.saturating_sub(read(&counts.stream).saturating_sub(then.1))
+                let all = conn.stats().udp_rx.bytes.saturating_sub(then.0);
+                all.saturating_sub(own.load(Ordering::Relaxed).saturating_sub(then.1))
             };
             let mut after = payload_deadline(len);
             let read = {
@@ -729,7 +718,7 @@ async fn read_gated_frame<T>(
                     match tokio::time::timeout_at(admitted + after, &mut payload).await {
                         Ok(read) => break Some(read),
                         Err(_) => {
-                            let queued = queued_payload_deadline(len, others());
+                            let queued = queued_payload_deadline(len, others(), limits.max_payload);
                             if queued <= after {
                                 break None;
                             }

@@ -509,18 +509,17 @@ async fn a_full_writer_queue_hands_the_frame_back_and_nothing_is_lost() {
     assert_eq!(mismatch.to_string(), format!("a task to {target} declares 5 payload bytes but carries 4"));
 }
 
-/// A payload is given time for what its connection's other streams
-/// deliver meanwhile, up to the deadline of the wire's largest payload (or
-/// its own, when larger: a consumerd takes objects up to 1 GiB), and a
-/// stream alone on a quiet connection still stalls at the floor.
+/// A payload is given time for what its connection delivers meanwhile, up
+/// to the deadline of the largest payload the reader takes, and a stream
+/// alone on a quiet connection still stalls at the floor.
 #[test]
 fn a_queued_payload_is_given_time_for_what_its_connection_delivers_first() {
     let max = ccroute_wire::Limits::DEFAULT.max_payload;
-    assert_eq!(queued_payload_deadline(1000, 0), PAYLOAD_DEADLINE_FLOOR);
-    assert_eq!(queued_payload_deadline(1000, 30 << 20), PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(30));
-    assert_eq!(queued_payload_deadline(1000, u64::MAX), payload_deadline(max));
-    assert_eq!(queued_payload_deadline(1 << 30, 0), payload_deadline(1 << 30));
-    assert_eq!(queued_payload_deadline(1 << 30, u64::MAX), payload_deadline(1 << 30));
+    assert_eq!(queued_payload_deadline(1000, 0, max), PAYLOAD_DEADLINE_FLOOR);
+    assert_eq!(queued_payload_deadline(1000, 30 << 20, max), PAYLOAD_DEADLINE_FLOOR + Duration::from_secs(30));
+    assert_eq!(queued_payload_deadline(1000, u64::MAX, max), payload_deadline(max));
+    // A consumerd takes objects up to 1 GiB.
+    assert_eq!(queued_payload_deadline(1000, u64::MAX, 1 << 30), payload_deadline(1 << 30));
 }
 
 /// A payload whose first KiB came at once and whose rest waits its turn
@@ -592,26 +591,35 @@ async fn a_payload_waiting_behind_others_is_not_taken_for_stalled() {
     let (sent, ()) = tokio::join!(finisher, reading);
     // Streams are read at once each: the last others may come after it.
     while arrived < sent {
-        let frame = uni.next().await.unwrap().expect("every payload arrives: none is taken for stalled");
+        let next = tokio::time::timeout(Duration::from_secs(60), uni.next()).await;
+        let frame = next.expect("a payload never came").unwrap().expect("every payload arrives: none stalled");
         assert_eq!(frame.payload.len(), OTHER);
         arrived += 1;
     }
     assert!(started.elapsed() > PAYLOAD_DEADLINE_FLOOR, "the test must outlast the floor to mean anything");
 
-    // Alone on a quiet connection, a payload that stops is stalled.
+    // Alone on a quiet connection, a payload that stops is stalled at its
+    // own deadline: its own 3 MiB do not count as others' traffic.
+    const DECLARED: usize = 4 << 20;
+    const SENT: usize = 3 << 20;
     let stopped_at = Instant::now();
     let mut header = BytesMut::new();
-    ccroute_wire::encode_header(&task(99, WAITING), &mut header);
+    ccroute_wire::encode_header(&task(99, DECLARED), &mut header);
     let mut stalled = conn.open_uni().await.unwrap();
     stalled.write_all(&header).await.unwrap();
-    stalled.write_all(&whole[..1024]).await.unwrap();
+    stalled.write_all(&pattern(SENT)).await.unwrap();
     let err = uni.next().await.unwrap().unwrap_err();
+    let own = payload_deadline(DECLARED as u64);
     assert!(
-        matches!(err, NetError::PayloadStalled { len, received, .. } if len == WAITING as u64 && received == 1024),
+        matches!(
+            err,
+            NetError::PayloadStalled { len, received, after, .. }
+                if len == DECLARED as u64 && received == SENT as u64 && after == own
+        ),
         "{err}"
     );
     let waited = stopped_at.elapsed();
-    assert!(waited >= PAYLOAD_DEADLINE_FLOOR, "dropped after {waited:?}");
+    assert!(waited >= own, "dropped after {waited:?}");
     drop(stalled);
 }
 
