@@ -401,21 +401,34 @@ async fn a_server_without_the_scheduler_certificate_is_refused_by_the_client() {
     assert!(warnings.iter().any(|w| w.contains("server certificate is not a scheduler certificate")), "{warnings:#?}");
 }
 
-#[tokio::test]
-async fn malformed_bytes_are_a_clear_error_and_the_other_streams_keep_working() {
+/// A client connected to a test scheduler with default options, both
+/// handshakes done. The endpoints and certificates live as long as it.
+struct Pair {
+    served: Served,
+    conn: Connection,
+    writer: FrameWriter,
+    reader: FrameReader,
+    _kept: (Endpoint, Endpoint, Cluster),
+}
+
+async fn connected_pair(cert: CertRole, role: Role) -> Pair {
     let cluster = Cluster::new();
     let opts = TransportOptions::default();
     let sched = server(&cluster.identity(CertRole::Scheduler), &opts);
     let target = addr_of(&sched);
-    let ep = client(&cluster.identity(CertRole::Agent), &opts, target);
-    let (served, client_side) = tokio::join!(serve_one(&sched), async {
+    let ep = client(&cluster.identity(cert), &opts, target);
+    let (served, (conn, writer, reader)) = tokio::join!(serve_one(&sched), async {
         let conn = connect(&ep, target).await.unwrap();
         let (w, r, _) =
-            client_handshake(&conn, &hello(Role::Agent, PROTOCOL_VERSION), &StreamOptions::default()).await.unwrap();
+            client_handshake(&conn, &hello(role, PROTOCOL_VERSION), &StreamOptions::default()).await.unwrap();
         (conn, w, r)
     });
-    let mut served = served.unwrap().unwrap();
-    let (conn, writer, mut reader) = client_side;
+    Pair { served: served.unwrap().unwrap(), conn, writer, reader, _kept: (sched, ep, cluster) }
+}
+
+#[tokio::test]
+async fn malformed_bytes_are_a_clear_error_and_the_other_streams_keep_working() {
+    let Pair { mut served, conn, writer, mut reader, _kept } = connected_pair(CertRole::Agent, Role::Agent).await;
     let mut uni = accept_frames(served.conn.clone(), Default::default());
 
     // Garbage on a payload stream: that stream's error, nothing else.
@@ -526,24 +539,12 @@ fn a_queued_payload_is_given_time_for_what_its_connection_delivers_first() {
 /// behind other streams the connection keeps delivering (at twice the
 /// slowest rate accepted) arrives whole, past the floor: it was queued, not
 /// stalled. Then a payload that stops with nothing else arriving is dropped
-/// once the floor passes. (Before, the first one was dropped at the floor
+/// at its own deadline, which its own bytes do not stretch. (Before, the first one was dropped at the floor
 /// too: a sender running far ahead lost sources that were only waiting.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_waiting_behind_others_is_not_taken_for_stalled() {
-    let cluster = Cluster::new();
-    let opts = TransportOptions::default();
-    let sched = server(&cluster.identity(CertRole::Scheduler), &opts);
-    let target = addr_of(&sched);
-    let ep = client(&cluster.identity(CertRole::Consumerd), &opts, target);
-    let (served, client_side) = tokio::join!(serve_one(&sched), async {
-        let conn = connect(&ep, target).await.unwrap();
-        let (w, r, _) = client_handshake(&conn, &hello(Role::Consumerd, PROTOCOL_VERSION), &StreamOptions::default())
-            .await
-            .unwrap();
-        (conn, w, r)
-    });
-    let served = served.unwrap().unwrap();
-    let (conn, _writer, _reader) = client_side;
+    let Pair { served, conn, writer: _writer, reader: _reader, _kept } =
+        connected_pair(CertRole::Consumerd, Role::Consumerd).await;
     let mut uni = accept_frames(served.conn.clone(), Default::default());
     const WAITING: usize = 4096;
     const OTHER: usize = 200 << 10;
